@@ -1,0 +1,41 @@
+# Two commands do everything on a fresh machine with Python 3.11+ and make:
+#   make book   - set up .venv, build the HTML book strictly into _build/html
+#   make test   - set up .venv, run every test
+# See README.md for the other targets.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+export MPLBACKEND := Agg
+export PYTHONHASHSEED := 0
+
+.PHONY: book test serve lint release grade measure clean venv
+
+venv: $(STAMP)
+
+$(STAMP): requirements.txt pyproject.toml
+	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is needed, found " + sys.version' 
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -r requirements.txt
+	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
+	touch $(STAMP)
+
+book: $(STAMP)
+	rm -rf _build/html
+	$(BIN)/jupyter-book build . -W -n --keep-going
+	@test -s _build/html/index.html || { echo "make book: _build/html/index.html is missing or empty" >&2; exit 1; }
+	@echo "Book built: _build/html/index.html"
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check mlsys tests
+
+serve: book
+	$(BIN)/python -m http.server --directory _build/html 8000
+
+clean:
+	rm -rf _build .pytest_cache

@@ -1,0 +1,267 @@
+"""Accelerator specifications, loaded from ``mlsys/data/accelerators.toml`` and validated.
+
+Every figure carries its source. Peaks are dense; structured-sparsity figures are kept only
+in ``sparse_peak_flops``. ``interconnect_bandwidth`` is per GPU and per direction.
+
+>>> from mlsys import hardware
+>>> hardware.get("H100").ridge_point("bf16")        # doctest: +SKIP
+<Quantity(295.37, 'FLOP / byte')>
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Mapping
+
+import pint
+
+from .numerics import canonical_dtype
+from .units import Q_
+
+__all__ = ["Accelerator", "Source", "get", "all_accelerators", "names", "load", "DATA_FILE"]
+
+DATA_FILE = Path(str(resources.files("mlsys") / "data" / "accelerators.toml"))
+
+#: scalar figures: field name -> the unit its value must be convertible to
+_SCALARS: dict[str, str] = {
+    "memory_bandwidth": "byte/s",
+    "memory_capacity": "byte",
+    "l2_cache": "byte",
+    "shared_memory_per_sm": "byte",
+    "register_file_per_sm": "byte",
+    "tdp": "W",
+    "interconnect_bandwidth": "byte/s",
+}
+_REQUIRED = ("name", "vendor", "architecture", "year", "memory_bandwidth", "memory_capacity", "peak_flops")
+#: dtypes a peak may be given for (keys of peak_flops / sparse_peak_flops)
+PEAK_DTYPES = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp4")
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a figure comes from: a document title, its URL and its date (YYYY-MM)."""
+
+    title: str
+    url: str
+    date: str
+
+    def __str__(self) -> str:
+        return f"{self.title} ({self.date}), {self.url}"
+
+
+@dataclass(frozen=True)
+class Accelerator:
+    """One accelerator's specification. All figures are pint quantities; peaks are dense.
+
+    ``peak_flops`` maps a dtype ("bf16", "fp8", ...) to dense FLOP/s (OP/s for int8).
+    ``sources`` maps each figure's name (``"memory_bandwidth"``, ``"peak_flops.bf16"``, ...)
+    to its :class:`Source`; ``notes`` holds any remark attached to a figure.
+    """
+
+    name: str
+    vendor: str
+    architecture: str
+    year: int
+    peak_flops: Mapping[str, pint.Quantity]
+    memory_bandwidth: pint.Quantity
+    memory_capacity: pint.Quantity
+    memory_type: str | None = None
+    sm_count: int | None = None
+    l2_cache: pint.Quantity | None = None
+    shared_memory_per_sm: pint.Quantity | None = None
+    register_file_per_sm: pint.Quantity | None = None
+    tdp: pint.Quantity | None = None
+    interconnect_bandwidth: pint.Quantity | None = None
+    sparse_peak_flops: Mapping[str, pint.Quantity] = field(default_factory=dict)
+    aliases: tuple[str, ...] = ()
+    sources: Mapping[str, Source] = field(default_factory=dict)
+    notes: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def dtypes(self) -> tuple[str, ...]:
+        """The dtypes with a dense peak in the data file, in the order of PEAK_DTYPES."""
+        return tuple(d for d in PEAK_DTYPES if d in self.peak_flops)
+
+    def _peak_key(self, dtype: object) -> str:
+        key = canonical_dtype(dtype)
+        if key in ("fp8_e4m3", "fp8_e5m2"):
+            key = "fp8"
+        if key == "fp4_e2m1":
+            key = "fp4"
+        if key not in self.peak_flops:
+            raise ValueError(
+                f"{self.name} has no dense {key} peak (unsupported or not in its datasheet); "
+                f"supported: {', '.join(self.dtypes)}"
+            )
+        return key
+
+    def peak(self, dtype: object) -> pint.Quantity:
+        """Dense peak throughput for ``dtype`` in FLOP/s (never the with-sparsity figure)."""
+        return self.peak_flops[self._peak_key(dtype)]
+
+    def ridge_point(self, dtype: object) -> pint.Quantity:
+        """Ridge point of the roofline: ``peak(dtype) / memory_bandwidth``, in FLOP/byte.
+
+        Kernels with an arithmetic intensity below it are memory-bound on this chip.
+        """
+        return (self.peak(dtype) / self.memory_bandwidth).to("FLOP/byte")
+
+    def source_of(self, figure: str) -> Source:
+        """The source of one figure, e.g. ``"memory_bandwidth"`` or ``"peak_flops.bf16"``."""
+        try:
+            return self.sources[figure]
+        except KeyError:
+            raise KeyError(f"{self.name} has no figure {figure!r}; known: {', '.join(self.sources)}") from None
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.vendor} {self.architecture}, {self.year})"
+
+
+class SpecError(ValueError):
+    """The accelerator data file is malformed; the message names the entry and field."""
+
+
+def _quantity(entry: Any, where: str, unit: str, sources: Mapping[str, Source]) -> tuple[Any, str, str | None]:
+    if not isinstance(entry, dict) or not {"value", "unit", "source"} <= entry.keys():
+        raise SpecError(f"{where}: expected a table {{value, unit, source}}, got {entry!r}")
+    value = entry["value"]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise SpecError(f"{where}: value must be a positive number, got {value!r}")
+    if entry["source"] not in sources:
+        raise SpecError(f"{where}: source {entry['source']!r} is not among this entry's sources {sorted(sources)}")
+    if unit == "":
+        if entry["unit"] != "" or not isinstance(value, int):
+            raise SpecError(f"{where}: expected a plain integer count with unit \"\", got {entry!r}")
+        return value, entry["source"], entry.get("note")
+    try:
+        q = Q_(value, entry["unit"])
+        q.to(unit)
+    except Exception as exc:
+        raise SpecError(f"{where}: unit {entry['unit']!r} does not convert to {unit}") from exc
+    return q, entry["source"], entry.get("note")
+
+
+def _build(raw: Mapping[str, Any]) -> Accelerator:
+    name = raw.get("name", "<unnamed>")
+    missing = [k for k in _REQUIRED if k not in raw]
+    if missing:
+        raise SpecError(f"accelerator {name!r}: missing {', '.join(missing)}")
+    srcs_raw = raw.get("sources", {})
+    if not srcs_raw:
+        raise SpecError(f"accelerator {name!r}: no [accelerator.sources]")
+    try:
+        sources_by_id = {k: Source(v["title"], v["url"], str(v["date"])) for k, v in srcs_raw.items()}
+    except (KeyError, TypeError) as exc:
+        raise SpecError(f"accelerator {name!r}: each source needs title, url and date") from exc
+    known = set(_SCALARS) | set(_REQUIRED) | {"aliases", "sources", "sparse_peak_flops", "memory_type", "sm_count"}
+    unknown = set(raw) - known
+    if unknown:
+        raise SpecError(f"accelerator {name!r}: unknown fields {sorted(unknown)}")
+
+    kwargs: dict[str, Any] = {}
+    fig_sources: dict[str, Source] = {}
+    notes: dict[str, str] = {}
+
+    def take(key: str, entry: Any, unit: str) -> Any:
+        value, src, note = _quantity(entry, f"{name}.{key}", unit, sources_by_id)
+        fig_sources[key] = sources_by_id[src]
+        if note:
+            notes[key] = note
+        return value
+
+    for key, unit in _SCALARS.items():
+        if key in raw:
+            kwargs[key] = take(key, raw[key], unit)
+    if "sm_count" in raw:
+        kwargs["sm_count"] = take("sm_count", raw["sm_count"], "")
+    for table in ("peak_flops", "sparse_peak_flops"):
+        peaks = {}
+        for dtype, entry in raw.get(table, {}).items():
+            if dtype not in PEAK_DTYPES:
+                raise SpecError(f"{name}.{table}: unknown dtype {dtype!r}; expected one of {PEAK_DTYPES}")
+            peaks[dtype] = take(f"{table}.{dtype}", entry, "FLOP/s")
+        kwargs[table] = MappingProxyType(peaks)
+    if not kwargs["peak_flops"]:
+        raise SpecError(f"accelerator {name!r}: peak_flops is empty")
+    for dtype, sparse in kwargs["sparse_peak_flops"].items():
+        dense = kwargs["peak_flops"].get(dtype)
+        if dense is None or not sparse > dense:
+            raise SpecError(f"{name}: sparse {dtype} peak {sparse} must exceed a dense peak for the same dtype")
+    year = raw["year"]
+    if not isinstance(year, int) or not 1990 < year < 2100:
+        raise SpecError(f"{name}.year: expected a year such as 2022, got {year!r}")
+    return Accelerator(
+        name=name,
+        vendor=raw["vendor"],
+        architecture=raw["architecture"],
+        year=year,
+        memory_type=raw.get("memory_type"),
+        aliases=tuple(raw.get("aliases", ())),
+        sources=MappingProxyType(fig_sources),
+        notes=MappingProxyType(notes),
+        **kwargs,
+    )
+
+
+def load(path: str | Path | None = None) -> dict[str, Accelerator]:
+    """Load and validate a data file (default: the packaged one); name -> Accelerator."""
+    path = Path(path) if path is not None else DATA_FILE
+    with open(path, "rb") as fh:
+        data = tomllib.load(fh)
+    accels: dict[str, Accelerator] = {}
+    lookup: dict[str, str] = {}
+    for raw in data.get("accelerator", []):
+        acc = _build(raw)
+        for label in (acc.name, *acc.aliases):
+            key = _norm(label)
+            if lookup.get(key, acc.name) != acc.name:
+                raise SpecError(f"{path}: name or alias {label!r} is used by both {lookup[key]} and {acc.name}")
+            lookup[key] = acc.name
+        accels[acc.name] = acc
+    if not accels:
+        raise SpecError(f"{path}: no [[accelerator]] entries")
+    return accels
+
+
+def _norm(label: str) -> str:
+    return label.lower().replace(" ", "").replace("_", "").replace("-", "")
+
+
+@lru_cache(maxsize=1)
+def _registry() -> tuple[dict[str, Accelerator], dict[str, str]]:
+    accels = load()
+    lookup = {}
+    for acc in accels.values():
+        for label in (acc.name, *acc.aliases):
+            lookup[_norm(label)] = acc.name
+    return accels, lookup
+
+
+def names() -> list[str]:
+    """Canonical names of all accelerators, in data-file order."""
+    return list(_registry()[0])
+
+
+def get(name: str) -> Accelerator:
+    """Look an accelerator up by name or alias, ignoring case, spaces, '-' and '_'.
+
+    ``get("h100")`` -> H100-SXM; ``get("A100")`` -> A100-SXM4-80GB. Unknown names raise
+    ``KeyError`` listing the known ones.
+    """
+    if isinstance(name, Accelerator):
+        return name
+    accels, lookup = _registry()
+    key = _norm(str(name))
+    if key not in lookup:
+        raise KeyError(f"unknown accelerator {name!r}; known: {', '.join(accels)}")
+    return accels[lookup[key]]
+
+
+def all_accelerators() -> list[Accelerator]:
+    """Every accelerator in the data file, in data-file order."""
+    return list(_registry()[0].values())
