@@ -39,3 +39,14 @@ serve: book
 
 clean:
 	rm -rf _build .pytest_cache
+
+# Teacher targets (labs/README section of README.md explains them).
+release: $(STAMP)
+	$(BIN)/python -m mlsys.teach release
+
+grade: $(STAMP)
+	$(BIN)/python -m mlsys.teach grade
+
+# Measure this machine's roofs and write data/measurements/<device-slug>.json.
+measure: $(STAMP)
+	$(BIN)/python -m mlsys measure
