@@ -10,20 +10,22 @@ in ``sparse_peak_flops``. ``interconnect_bandwidth`` is per GPU and per directio
 
 from __future__ import annotations
 
+import os
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any
 
 import pint
 
 from .numerics import canonical_dtype
 from .units import Q_
 
-__all__ = ["Accelerator", "Source", "get", "all_accelerators", "names", "load", "DATA_FILE"]
+__all__ = ["Accelerator", "Source", "SpecError", "get", "all_accelerators", "names", "load", "data_file", "DATA_FILE"]
 
 DATA_FILE = Path(str(resources.files("mlsys") / "data" / "accelerators.toml"))
 
@@ -208,9 +210,14 @@ def _build(raw: Mapping[str, Any]) -> Accelerator:
     )
 
 
+def data_file() -> Path:
+    """The data file in use: ``$MLSYS_ACCELERATORS`` if set (to try an edit), else the packaged one."""
+    return Path(os.environ.get("MLSYS_ACCELERATORS") or DATA_FILE)
+
+
 def load(path: str | Path | None = None) -> dict[str, Accelerator]:
-    """Load and validate a data file (default: the packaged one); name -> Accelerator."""
-    path = Path(path) if path is not None else DATA_FILE
+    """Load and validate a data file (default: :func:`data_file`); name -> Accelerator."""
+    path = Path(path) if path is not None else data_file()
     with open(path, "rb") as fh:
         data = tomllib.load(fh)
     accels: dict[str, Accelerator] = {}

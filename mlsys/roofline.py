@@ -36,7 +36,8 @@ __all__ = [
 def _size(value: object, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be a positive integer (a count of elements), got {value!r}")
-    require_positive(value, name)
+    if value <= 0:
+        raise ValueError(f"{name} must be a positive integer (a count of elements), got {value}")
     return value
 
 

@@ -77,7 +77,7 @@ MAC = 2 * FLOP = mac = FMA = fma
 transfer = [] = T_
 """
 ureg.load_definitions(_DEFINITIONS.splitlines())
-ureg.default_format = "~P"
+ureg.formatter.default_format = "~P"
 Q_ = ureg.Quantity
 pint.set_application_registry(ureg)
 

@@ -12,7 +12,6 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import matplotlib
-
 import matplotlib.pyplot as plt
 import numpy as np
 
@@ -103,7 +102,7 @@ def roofline_plot(
         y = np.minimum(peak, bw * x)
         ax.plot(x, y, color=color, label=roof.label or f"roof {i}")
         ax.plot([roof.ridge_point.m], [peak], marker="|", markersize=12, color=color)
-    for j, (p, i_val) in enumerate(zip(pts, pt_i)):
+    for p, i_val in zip(pts, pt_i, strict=True):
         perf = as_quantity(p.performance, "FLOP/s", f"{p.label}.performance").to("TFLOP/s").m
         ax.scatter([i_val], [perf], marker=p.marker, s=36, zorder=3, color="#333333")
         ax.annotate(p.label, (i_val, perf), textcoords="offset points", xytext=(4, 4), fontsize=8)

@@ -1,0 +1,92 @@
+"""The book: every chapter executes on a CPU, claims fail loudly, and prose has no hand-typed figures.
+
+`make book` executes the chapters too; running them here as well means `make test` alone tells a
+maintainer which chapter broke and why, with the traceback, before the slower strict book build.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import nbformat
+import pytest
+import yaml
+from myst_nb.core.read import read_myst_markdown_notebook
+from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
+
+ROOT = Path(__file__).resolve().parents[1]
+CHAPTERS = sorted((ROOT / "chapters").glob("*.md"))
+
+
+def _toc_files() -> list[str]:
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    files = [toc["root"]]
+    for part in toc.get("parts", []):
+        files += [c["file"] for c in part.get("chapters", [])]
+    return files
+
+
+def execute_chapter(path: Path, timeout: int = 240) -> nbformat.NotebookNode:
+    """Execute a MyST Markdown chapter with a fresh kernel in the repository root; raise on any error."""
+    nb = read_myst_markdown_notebook(path.read_text())
+    NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}).execute()
+    return nb
+
+
+def test_every_toc_entry_exists():
+    for entry in _toc_files():
+        candidates = [ROOT / f"{entry}{ext}" for ext in (".md", ".ipynb")]
+        assert any(c.exists() for c in candidates), f"_toc.yml lists {entry} but no .md or .ipynb exists"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
+def test_chapter_executes_on_cpu(path):
+    execute_chapter(path)
+
+
+def test_a_changed_constant_that_breaks_a_claim_fails_the_chapter(tmp_path, monkeypatch):
+    """Raise the H100's bandwidth tenfold: its ridge point falls below the A100's, and the chapter's check() fails."""
+    src = (ROOT / "mlsys" / "data" / "accelerators.toml").read_text()
+    needle = 'memory_bandwidth = { value = 3.35, unit = "TB/s", source = "ds" }'
+    assert src.count(needle) == 1, "the H100-SXM bandwidth line this test edits has changed"
+    tampered = tmp_path / "accelerators.toml"
+    tampered.write_text(src.replace(needle, needle.replace("3.35", "33.5")))
+    monkeypatch.setenv("MLSYS_ACCELERATORS", str(tampered))
+    with pytest.raises(CellExecutionError, match="ClaimError"):
+        execute_chapter(ROOT / "chapters" / "90_accelerators.md")
+
+
+# A number followed by a unit in prose is a figure that should come through glue.
+_UNITS = r"(?:[kMGTP]i?B(?:/s)?|[kMGTP]?FLOP/s|[TP]FLOPS|TOPS|W|ms|µs|us|ns|GHz|MHz|%|x\b|×)"
+_FIGURE = re.compile(r"(?<![\w.{`$/-])\d[\d,]*(?:\.\d+)?\s?" + _UNITS)
+
+
+def _prose(md: str) -> str:
+    md = re.sub(r"^---\n.*?\n---\n", "", md, flags=re.S)  # front matter
+    md = re.sub(r"```.*?```", "", md, flags=re.S)  # code cells and directives
+    md = re.sub(r":::.*?:::", lambda m: m.group(0) if "dropdown" in m.group(0) else "", md, flags=re.S)
+    md = re.sub(r"\$\$.*?\$\$|\$[^$\n]*\$", "", md, flags=re.S)  # maths
+    md = re.sub(r"`[^`\n]*`", "", md)  # inline code and roles
+    md = re.sub(r"\(https?://[^)]*\)", "", md)
+    cut = re.search(r"^#+\s*References", md, flags=re.M)
+    return md[: cut.start()] if cut else md
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
+def test_no_hand_typed_figures_in_prose(path):
+    hits = _FIGURE.findall(_prose(path.read_text()))
+    assert not hits, f"{path.name}: figures typed by hand in prose (use glue): {hits}"
+
+
+def test_figure_lint_catches_typed_numbers():
+    assert _FIGURE.findall(_prose("The H100 moves 3.35 TB/s and reaches 989 TFLOP/s, a 50% gain.")) == [
+        "3.35 TB/s", "989 TFLOP/s", "50%"]
+    assert not _FIGURE.findall(_prose("An H100 has {glue:text}`bw` and `x = 3 * 4 GB`; see $2mnk$ FLOP."))
+
+
+def test_tooling_present():
+    assert shutil.which("jupyter-book", path=str(ROOT / ".venv" / "bin")) or shutil.which("jupyter-book")

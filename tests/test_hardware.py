@@ -1,0 +1,171 @@
+"""mlsys.hardware: figures against datasheets, ridge points worked out by hand, lookups, errors.
+
+The DATASHEET table below is typed in from the vendor documents (not from the data file), so a
+typo in either place fails a test. Sparse ("*") figures are halved by hand here.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from mlsys import Q_, hardware
+from mlsys.hardware import SpecError, load
+
+# name: (bandwidth in GB/s, {dtype: dense TFLOP/s}) -- from each chip's datasheet
+DATASHEET = {
+    "V100-SXM2": (900, {"fp64": 7.8, "fp32": 15.7, "fp16": 125}),
+    "A100-SXM4-40GB": (1555, {"fp64": 19.5, "fp32": 19.5, "tf32": 312 / 2, "bf16": 624 / 2, "fp16": 624 / 2, "int8": 1248 / 2}),
+    "A100-SXM4-80GB": (2039, {"fp64": 19.5, "fp32": 19.5, "tf32": 312 / 2, "bf16": 624 / 2, "fp16": 624 / 2, "int8": 1248 / 2}),
+    "H100-SXM": (3350, {"fp64": 67, "fp32": 67, "tf32": 989 / 2, "bf16": 1979 / 2, "fp16": 1979 / 2, "fp8": 3958 / 2, "int8": 3958 / 2}),
+    "H100-PCIe": (2000, {"fp64": 51, "fp32": 51, "tf32": 756 / 2, "bf16": 1513 / 2, "fp16": 1513 / 2, "fp8": 3026 / 2, "int8": 3026 / 2}),
+    "H200-SXM": (4800, {"fp64": 67, "fp32": 67, "tf32": 989 / 2, "bf16": 1979 / 2, "fp16": 1979 / 2, "fp8": 3958 / 2, "int8": 3958 / 2}),
+    # HGX B200: 8-GPU totals with sparsity, / 8 GPUs, / 2 for dense
+    "B200": (8000, {"fp64": 296 / 8, "tf32": 18000 / 8 / 2, "bf16": 36000 / 8 / 2, "fp16": 36000 / 8 / 2,
+                    "fp8": 72000 / 8 / 2, "int8": 72000 / 8 / 2, "fp4": 144000 / 8 / 2}),
+    "L4": (300, {"fp32": 30.3, "tf32": 120 / 2, "bf16": 242 / 2, "fp16": 242 / 2, "fp8": 485 / 2, "int8": 485 / 2}),
+    "T4": (320, {"fp32": 8.1, "fp16": 65, "int8": 130}),
+    "MI300X": (5300, {"fp64": 163.4, "fp32": 163.4, "tf32": 653.7, "bf16": 1307.4, "fp16": 1307.4, "fp8": 2614.9, "int8": 2614.9}),
+    "TPUv4": (1200, {"bf16": 275, "int8": 275}),
+    "TPUv5e": (819, {"bf16": 197, "int8": 394}),
+}
+
+# Ridge points worked out by hand: peak (TFLOP/s) * 1e12 / (bandwidth (GB/s) * 1e9), to 4 significant figures.
+RIDGE_BY_HAND = {
+    ("H100-SXM", "bf16"): 295.4,   # 989.5e12 / 3.35e12
+    ("H100-SXM", "fp8"): 590.7,    # 1979e12 / 3.35e12
+    ("H100-SXM", "fp32"): 20.00,   # 67e12 / 3.35e12
+    ("A100-SXM4-80GB", "bf16"): 153.0,  # 312e12 / 2.039e12
+    ("A100-SXM4-40GB", "tf32"): 100.3,  # 156e12 / 1.555e12
+    ("V100-SXM2", "fp16"): 138.9,  # 125e12 / 0.9e12
+    ("T4", "fp16"): 203.1,         # 65e12 / 0.32e12
+    ("L4", "fp8"): 808.3,          # 242.5e12 / 0.3e12
+    ("H200-SXM", "bf16"): 206.1,   # 989.5e12 / 4.8e12
+    ("B200", "fp4"): 1125,         # 9000e12 / 8e12
+    ("MI300X", "bf16"): 246.7,     # 1307.4e12 / 5.3e12
+    ("TPUv4", "bf16"): 229.2,      # 275e12 / 1.2e12
+    ("TPUv5e", "int8"): 481.1,     # 394e12 / 0.819e12
+}
+
+
+def test_design_lists_every_required_accelerator():
+    required = {"V100-SXM2", "A100-SXM4-40GB", "A100-SXM4-80GB", "H100-SXM", "H100-PCIe", "H200-SXM",
+                "B200", "L4", "T4", "MI300X", "TPUv4", "TPUv5e"}
+    assert required <= set(hardware.names())
+    assert set(DATASHEET) == set(hardware.names()), "every chip in the data file is checked against its datasheet here"
+
+
+@pytest.mark.parametrize("name", sorted(DATASHEET))
+def test_figures_match_datasheet(name):
+    acc = hardware.get(name)
+    bw_gbs, peaks = DATASHEET[name]
+    assert acc.memory_bandwidth.to("GB/s").m == pytest.approx(bw_gbs, rel=1e-3)
+    assert set(acc.dtypes) == set(peaks), f"{name}: dtypes with a peak"
+    for dtype, tflops in peaks.items():
+        assert acc.peak(dtype).to("TFLOP/s").m == pytest.approx(tflops, rel=2e-3), f"{name} {dtype}"
+    for dtype, tflops in peaks.items():
+        ridge = tflops * 1e12 / (bw_gbs * 1e9)
+        assert acc.ridge_point(dtype).to("FLOP/byte").m == pytest.approx(ridge, rel=2e-3)
+
+
+@pytest.mark.parametrize(("name", "dtype"), sorted(RIDGE_BY_HAND))
+def test_ridge_points_by_hand(name, dtype):
+    ridge = hardware.get(name).ridge_point(dtype)
+    assert ridge.units == Q_(1, "FLOP/byte").units
+    assert ridge.m == pytest.approx(RIDGE_BY_HAND[(name, dtype)], rel=1e-3)
+
+
+def test_peaks_are_dense_and_sparse_is_exactly_double_on_nvidia_ampere_and_later():
+    for acc in hardware.all_accelerators():
+        for dtype, sparse in acc.sparse_peak_flops.items():
+            assert sparse > acc.peak(dtype)
+            if acc.vendor == "NVIDIA":
+                assert sparse.to("TFLOP/s").m == pytest.approx(2 * acc.peak(dtype).to("TFLOP/s").m, rel=1e-3)
+
+
+def test_h100_fp16_is_the_dense_figure():
+    assert hardware.get("H100").peak("fp16").to("TFLOP/s").m == pytest.approx(1979 / 2, rel=1e-3)
+    assert hardware.get("H100").peak("float16") == hardware.get("H100").peak("fp16")
+
+
+def test_every_figure_has_a_source_with_title_url_and_date():
+    for acc in hardware.all_accelerators():
+        figures = ["memory_bandwidth", "memory_capacity", *(f"peak_flops.{d}" for d in acc.dtypes)]
+        for f in ("sm_count", "l2_cache", "shared_memory_per_sm", "register_file_per_sm", "tdp", "interconnect_bandwidth"):
+            if getattr(acc, f) is not None:
+                figures.append(f)
+        for fig in figures:
+            src = acc.source_of(fig)
+            assert src.title and src.url.startswith("https://") and len(src.date) >= 4
+
+
+def test_aliases_and_case():
+    assert hardware.get("H100").name == "H100-SXM"
+    assert hardware.get("h100 sxm5").name == "H100-SXM"
+    assert hardware.get("A100").name == "A100-SXM4-80GB"
+    assert hardware.get("tpu_v5e").name == "TPUv5e"
+
+
+def test_unknown_accelerator_lists_known_names():
+    with pytest.raises(KeyError) as err:
+        hardware.get("H900")
+    msg = str(err.value)
+    assert "H900" in msg and "H100-SXM" in msg and "TPUv5e" in msg
+
+
+def test_unsupported_dtype_is_a_clear_error():
+    with pytest.raises(ValueError, match="T4 has no dense bf16 peak.*supported: fp32, fp16, int8"):
+        hardware.get("T4").peak("bf16")
+    with pytest.raises(ValueError, match="unknown dtype"):
+        hardware.get("H100").peak("fp12")
+
+
+def test_accelerator_is_frozen():
+    acc = hardware.get("H100")
+    with pytest.raises(AttributeError):
+        acc.memory_bandwidth = Q_(1, "TB/s")  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        acc.peak_flops["bf16"] = Q_(1, "FLOP/s")  # type: ignore[index]
+
+
+def test_interconnect_is_per_direction():
+    # H100 NVLink 4: 18 links x 50 GB/s = 900 GB/s total over both directions -> 450 per direction
+    assert hardware.get("H100").interconnect_bandwidth.to("GB/s").m == pytest.approx(900 / 2)
+
+
+BASE = """
+[[accelerator]]
+name = "X1"
+vendor = "V"
+architecture = "A"
+year = 2024
+memory_bandwidth = {{ value = 1, unit = "{bw_unit}", source = "s" }}
+memory_capacity = {{ value = 1, unit = "GB", source = "s" }}
+[accelerator.peak_flops]
+bf16 = {{ value = {peak}, unit = "TFLOP/s", source = "{src}" }}
+[accelerator.sources.s]
+title = "t"
+url = "https://example.org"
+date = "2024-01"
+"""
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"bw_unit": "TFLOP/s", "peak": 1, "src": "s"}, "does not convert to byte/s"),
+        ({"bw_unit": "TB/s", "peak": -1, "src": "s"}, "positive number"),
+        ({"bw_unit": "TB/s", "peak": 1, "src": "nope"}, "source 'nope'"),
+    ],
+)
+def test_data_file_is_validated(tmp_path, fields, message):
+    path = tmp_path / "bad.toml"
+    path.write_text(BASE.format(**fields))
+    with pytest.raises(SpecError, match=message):
+        load(path)
+
+
+def test_valid_custom_data_file_loads(tmp_path):
+    path = tmp_path / "ok.toml"
+    path.write_text(BASE.format(bw_unit="TB/s", peak=100, src="s"))
+    acc = load(path)["X1"]
+    assert acc.ridge_point("bf16").m == pytest.approx(100)  # 100e12 FLOP/s / 1e12 byte/s
