@@ -29,6 +29,7 @@ book: $(STAMP)
 	@echo "Book built: _build/html/index.html"
 
 test: $(STAMP)
+	$(BIN)/ruff check mlsys tests scripts
 	$(BIN)/python -m pytest
 
 lint: $(STAMP)
