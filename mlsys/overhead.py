@@ -28,7 +28,7 @@ from typing import NamedTuple
 
 import pint
 
-from .units import Q_, as_quantity, require_positive
+from .units import Q_, as_quantity, require_count, require_positive
 
 __all__ = ["amdahl_speedup", "launch_time", "graph_time", "LaunchComparison", "launch_comparison"]
 
@@ -39,12 +39,6 @@ def _time(value: object, name: str, allow_zero: bool = True) -> pint.Quantity:
     return q
 
 
-def _count(value: object, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be a positive integer, got {value!r}")
-    if value <= 0:
-        raise ValueError(f"{name} must be a positive integer, got {value}")
-    return value
 
 
 def amdahl_speedup(parallel_fraction: float, speedup: float) -> float:
@@ -66,7 +60,7 @@ def launch_time(n_kernels: int, launch: object, kernel: object) -> pint.Quantity
     ``launch + kernel + (n - 1) * max(launch, kernel)``: a two-stage pipeline in which the host
     issues a launch every ``launch`` seconds and the GPU runs each kernel for ``kernel`` seconds.
     """
-    n = _count(n_kernels, "n_kernels")
+    n = require_count(n_kernels, "n_kernels")
     lt, kt = _time(launch, "launch"), _time(kernel, "kernel")
     return (lt + kt + (n - 1) * max(lt, kt)).to("s")
 
@@ -77,7 +71,7 @@ def graph_time(n_kernels: int, kernel: object, graph_launch: object, per_node: o
     ``graph_launch + n * (per_node + kernel)``: one host launch for the whole graph, then the
     GPU runs the nodes back to back, paying ``per_node`` for each.
     """
-    n = _count(n_kernels, "n_kernels")
+    n = require_count(n_kernels, "n_kernels")
     return (_time(graph_launch, "graph_launch") + n * (_time(per_node, "per_node") + _time(kernel, "kernel"))).to("s")
 
 
@@ -98,7 +92,7 @@ def launch_comparison(
     same GPU work in one kernel with one launch. (Fusing element-wise kernels also removes the
     intermediate traffic, which shortens the work itself; ``mlsys.fusion`` models that.)
     """
-    n = _count(n_kernels, "n_kernels")
+    n = require_count(n_kernels, "n_kernels")
     kt = _time(kernel, "kernel")
     return LaunchComparison(
         eager=launch_time(n, launch, kt),

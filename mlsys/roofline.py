@@ -18,7 +18,7 @@ import pint
 
 from .hardware import Accelerator, get
 from .numerics import itemsize
-from .units import Q_, as_quantity, require_positive
+from .units import Q_, as_quantity, require_count, require_positive
 
 __all__ = [
     "arithmetic_intensity",
@@ -33,12 +33,6 @@ __all__ = [
 ]
 
 
-def _size(value: object, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be a positive integer (a count of elements), got {value!r}")
-    if value <= 0:
-        raise ValueError(f"{name} must be a positive integer (a count of elements), got {value}")
-    return value
 
 
 def _flops(value: object, name: str = "flops") -> pint.Quantity:
@@ -117,7 +111,7 @@ def bound(intensity: object, accel: Accelerator | str | Roof, dtype: object = "b
 
 def matmul_flops(m: int, n: int, k: int) -> pint.Quantity:
     """FLOPs of ``C[m,n] = A[m,k] @ B[k,n]``: ``2 m n k`` (one multiply and one add per MAC)."""
-    m, n, k = _size(m, "m"), _size(n, "n"), _size(k, "k")
+    m, n, k = require_count(m, "m"), require_count(n, "n"), require_count(k, "k")
     return Q_(2 * m * n * k, "FLOP")
 
 
@@ -126,7 +120,7 @@ def matmul_bytes(m: int, n: int, k: int, dtype: object = "bf16") -> pint.Quantit
 
     A and B are read once and C written once; any re-reading a real kernel does is extra.
     """
-    m, n, k = _size(m, "m"), _size(n, "n"), _size(k, "k")
+    m, n, k = require_count(m, "m"), require_count(n, "n"), require_count(k, "k")
     return ((m * k + k * n + m * n) * itemsize(dtype)).to("byte")
 
 

@@ -32,6 +32,7 @@ import pint
 from .hardware import Accelerator, get
 from .numerics import itemsize
 from .roofline import arithmetic_intensity, matmul_flops
+from .units import require_count
 
 __all__ = [
     "TileGrid",
@@ -46,12 +47,6 @@ __all__ = [
 ]
 
 
-def _count(value: object, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be a positive integer, got {value!r}")
-    if value <= 0:
-        raise ValueError(f"{name} must be a positive integer, got {value}")
-    return value
 
 
 class TileGrid(NamedTuple):
@@ -68,8 +63,8 @@ def tile_grid(m: int, n: int, block_m: int, block_n: int) -> TileGrid:
     fraction of the covered area that holds real output, ``m n / (tiles_m block_m tiles_n block_n)``
     (1.0 when the blocks divide the matrix; below 1 when fringe tiles are padded).
     """
-    m, n = _count(m, "m"), _count(n, "n")
-    block_m, block_n = _count(block_m, "block_m"), _count(block_n, "block_n")
+    m, n = require_count(m, "m"), require_count(n, "n")
+    block_m, block_n = require_count(block_m, "block_m"), require_count(block_n, "block_n")
     tm, tn = math.ceil(m / block_m), math.ceil(n / block_n)
     return TileGrid(tm, tn, tm * tn, (m * n) / (tm * block_m * tn * block_n))
 
@@ -81,7 +76,7 @@ def tiled_matmul_traffic(m: int, n: int, k: int, block_m: int, block_n: int, dty
     and ``tiles_n = ceil(n / block_n)``; fringe tiles count only their real elements (masked
     loads move nothing). Caches are ignored: an L2 hit is counted as global traffic.
     """
-    _count(k, "k")
+    require_count(k, "k")
     grid = tile_grid(m, n, block_m, block_n)
     elements = grid.tiles_n * m * k + grid.tiles_m * k * n + m * n
     return (elements * itemsize(dtype)).to("byte")
@@ -92,7 +87,7 @@ def naive_matmul_traffic(m: int, n: int, k: int, dtype: object = "bf16") -> pint
 
     ``(2 m n k + m n) * itemsize`` bytes: ``m n k`` loads of A, ``m n k`` of B, ``m n`` stores of C.
     """
-    m, n, k = _count(m, "m"), _count(n, "n"), _count(k, "k")
+    m, n, k = require_count(m, "m"), require_count(n, "n"), require_count(k, "k")
     return ((2 * m * n * k + m * n) * itemsize(dtype)).to("byte")
 
 
@@ -119,8 +114,8 @@ def shared_memory_bytes(block_m: int, block_n: int, block_k: int, dtype: object 
     chunk of A and one of B so that loads for later k-steps overlap the current one's math.
     Bytes; the C accumulator lives in registers and is not counted.
     """
-    block_m, block_n, block_k = _count(block_m, "block_m"), _count(block_n, "block_n"), _count(block_k, "block_k")
-    stages = _count(stages, "stages")
+    block_m, block_n, block_k = require_count(block_m, "block_m"), require_count(block_n, "block_n"), require_count(block_k, "block_k")
+    stages = require_count(stages, "stages")
     return ((block_m * block_k + block_k * block_n) * stages * itemsize(dtype)).to("byte")
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pint
 
-__all__ = ["ureg", "Q_", "DimensionError", "as_quantity", "require_positive"]
+__all__ = ["ureg", "Q_", "DimensionError", "as_quantity", "require_positive", "require_count"]
 
 ureg = pint.UnitRegistry(
     filename=None,  # start empty: no bit, no dimensionless byte
@@ -124,4 +124,16 @@ def require_positive(value: Any, name: str, allow_zero: bool = False) -> Any:
     if mag < 0 or (mag == 0 and not allow_zero):
         need = "non-negative" if allow_zero else "positive"
         raise ValueError(f"{name} must be {need}, got {value}")
+    return value
+
+
+def require_count(value: Any, name: str) -> int:
+    """Return ``value`` if it is a positive ``int`` (a count or a size in elements), else raise.
+
+    Booleans and floats are refused with ``TypeError``, zero and negatives with ``ValueError``.
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be a positive integer (a count of elements), got {value!r}")
+    if value <= 0:
+        raise ValueError(f"{name} must be a positive integer (a count of elements), got {value}")
     return value
