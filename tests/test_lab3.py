@@ -1,0 +1,328 @@
+"""Lab 3 (kernel fusion): the notebook's structure, its reference kernels and its GPU script, on a CPU.
+
+The kernels are taken from the instructor notebook itself (the cells with the kernels' grade_ids,
+loaded by ``scripts/gpu/lab3_bench.py``) and run under the Triton interpreter. Expected values are
+worked out by hand in the comments, or come from PyTorch's own ops (an independent implementation).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+import mlsys
+
+mlsys.device.setup()  # TRITON_INTERPRET=1 without CUDA, before the kernels are defined
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")
+
+from mlsys import grading  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+NOTEBOOK = REPO / "labs" / "source" / "lab3_fusion" / "lab3_fusion.ipynb"
+BENCH = REPO / "scripts" / "gpu" / "lab3_bench.py"
+DEVICE = mlsys.device.default_device()
+
+
+def _load_bench():
+    spec = importlib.util.spec_from_file_location("lab3_bench", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["lab3_bench"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+bench = _load_bench()
+ns = bench.load_kernels(NOTEBOOK)
+fused_relu_affine = ns["fused_relu_affine"]
+fused_softmax = ns["fused_softmax"]
+
+
+def _cells() -> list[dict]:
+    return json.loads(NOTEBOOK.read_text(encoding="utf-8"))["cells"]
+
+
+def _source(cell: dict) -> str:
+    return "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+
+
+# ------------------------------------------------------------------------------ notebook structure
+
+
+def test_nbgrader_metadata_is_schema_3_with_unique_grade_ids():
+    ids = []
+    for cell in _cells():
+        meta = cell.get("metadata", {}).get("nbgrader")
+        if meta is None:
+            continue
+        assert meta["schema_version"] == 3
+        ids.append(meta["grade_id"])
+        src = _source(cell)
+        if meta["solution"]:
+            assert "### BEGIN SOLUTION" in src and "### END SOLUTION" in src, meta["grade_id"]
+            assert not meta["grade"]
+        if meta["grade"]:
+            assert meta["grade_id"].startswith(("test_", "perf_")), meta["grade_id"]
+            assert meta["points"] > 0 and meta["locked"]
+            assert "raises-exception" in cell["metadata"].get("tags", [])
+        if "### BEGIN HIDDEN TESTS" in src:
+            assert meta["grade"], f"hidden tests outside a test cell: {meta['grade_id']}"
+    assert len(ids) == len(set(ids)), "grade ids must be unique"
+    for needed in (*bench.KERNEL_CELLS, "test_predict", "test_count_kernels", "test_fused_elementwise",
+                   "test_softmax", "test_softmax_stable", "perf_fused_elementwise", "perf_softmax"):
+        assert needed in ids
+
+
+def test_perf_cells_use_the_performance_tier():
+    for cell in _cells():
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        if meta.get("grade_id", "").startswith("perf_"):
+            src = _source(cell)
+            assert "grading.performance_tier(" in src and "full_at=0.7" in src
+            assert src.strip().splitlines()[-1].startswith("grading.award(")
+            # fresh inputs are checked after the timing
+            assert src.index("check_on_fresh_inputs") > src.index("performance_tier")
+
+
+# ------------------------------------------------------------------------------ the fused element-wise kernel
+
+
+def test_elementwise_hand_values():
+    # relu(x) * 0.5 + 1.0: -2 -> 0*0.5+1 = 1; -0.5 -> 1; 0 -> 1; 0.5 -> 1.25; 3 -> 2.5
+    x = torch.tensor([-2.0, -0.5, 0.0, 0.5, 3.0], device=DEVICE)
+    expected = torch.tensor([1.0, 1.0, 1.0, 1.25, 2.5], device=DEVICE)
+    grading.assert_close(fused_relu_affine(x), expected, rtol=0, atol=0)
+    # scale -2, shift 0.25: 3 -> -6 + 0.25 = -5.75; -1 -> 0.25
+    y = fused_relu_affine(torch.tensor([3.0, -1.0], device=DEVICE), -2.0, 0.25)
+    grading.assert_close(y, torch.tensor([-5.75, 0.25], device=DEVICE), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("shape", [(1,), (1023,), (1025,), (3 * 1024 + 7,), (17, 61)])
+def test_elementwise_odd_sizes(dtype, shape):
+    # sizes around and off multiples of BLOCK = 1024: the masked last block
+    x = torch.randn(shape, device=DEVICE, dtype=dtype)
+    out = fused_relu_affine(x)
+    expected = (torch.relu(x.float()) * 0.5 + 1.0).to(dtype)
+    tol = 1e-6 if dtype == torch.float32 else 1e-3
+    grading.assert_close(out, expected, rtol=tol, atol=tol)
+    assert out.data_ptr() != x.data_ptr()
+
+
+def test_elementwise_rejects_bad_input():
+    with pytest.raises(TypeError, match="floating-point"):
+        fused_relu_affine(torch.arange(4))
+    with pytest.raises(ValueError, match="contiguous"):
+        fused_relu_affine(torch.randn(8, 8, device=DEVICE).t())
+    assert fused_relu_affine(torch.empty(0, device=DEVICE)).numel() == 0
+
+
+# ------------------------------------------------------------------------------ the fused softmax
+
+
+def test_softmax_hand_values():
+    # softmax([0, ln 3]) = [1, 3] / 4 = [0.25, 0.75]
+    y = fused_softmax(torch.tensor([[0.0, math.log(3.0)]], device=DEVICE))
+    grading.assert_close(y, torch.tensor([[0.25, 0.75]], device=DEVICE), rtol=1e-6, atol=1e-7)
+    # large logits: softmax([1e4, 1e4 + 1]) = [1, e] / (1 + e) = [0.2689414, 0.7310586]
+    # (1e4 + 1 is exact in fp32); exp(1e4) alone would overflow to inf
+    big = fused_softmax(torch.tensor([[1e4, 1e4 + 1.0]], device=DEVICE))
+    e = math.e
+    grading.assert_close(big, torch.tensor([[1 / (1 + e), e / (1 + e)]], device=DEVICE), rtol=1e-6, atol=1e-7)
+    # a row of n equal logits gives 1/n each; n = 1 gives exactly 1
+    grading.assert_close(fused_softmax(torch.full((2, 5), -3e4, device=DEVICE)),
+                         torch.full((2, 5), 0.2, device=DEVICE), rtol=1e-6, atol=0)
+    grading.assert_close(fused_softmax(torch.tensor([[7.0]], device=DEVICE)),
+                         torch.tensor([[1.0]], device=DEVICE), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("shape", [(3,), (5, 1), (7, 33), (3, 1025), (2, 3, 100)])
+def test_softmax_odd_shapes(dtype, shape):
+    # 1025 columns need a block of 2048 with 1023 masked lanes
+    x = torch.randn(shape, device=DEVICE, dtype=dtype)
+    expected = torch.softmax(x.float(), dim=-1).to(dtype)
+    tol = dict(rtol=1e-5, atol=1e-6) if dtype == torch.float32 else dict(rtol=1e-2, atol=1e-3)
+    grading.assert_close(fused_softmax(x), expected, **tol)
+
+
+@pytest.mark.parametrize("dtype,limit", [(torch.float32, 1e4), (torch.float16, 6e4)])
+def test_softmax_is_stable_on_large_inputs(dtype, limit):
+    x = ((torch.rand(6, 300, device=DEVICE) * 2 - 1) * limit).to(dtype)
+    y = fused_softmax(x)
+    grading.assert_finite(y)
+    tol = dict(rtol=1e-5, atol=1e-6) if dtype == torch.float32 else dict(rtol=1e-2, atol=1e-3)
+    grading.assert_close(y, torch.softmax(x.float(), dim=-1).to(dtype), **tol)
+    # the rows still sum to one
+    grading.assert_close(y.float().sum(-1), torch.ones(6, device=DEVICE), rtol=0, atol=1e-2 if dtype == torch.float16 else 1e-5)
+
+
+def test_softmax_rejects_rows_that_do_not_fit():
+    with pytest.raises(ValueError, match="at most"):
+        fused_softmax(torch.randn(1, ns["MAX_SOFTMAX_COLS"] + 1))
+    with pytest.raises(TypeError):
+        fused_softmax(torch.tensor(1.0))
+
+
+# ------------------------------------------------------------------------------ the grader's cheat detection
+
+
+def test_reference_solution_passes_no_library_calls():
+    grading.assert_no_library_calls(fused_relu_affine, forbidden=grading.FORBIDDEN_TORCH_OPS)
+    grading.assert_no_library_calls(fused_softmax, forbidden=grading.FORBIDDEN_TORCH_OPS)
+
+
+def _define(src: str):
+    scope = {"torch": torch}
+    filename = f"<lab3-cheat-{abs(hash(src))}>"
+    import linecache
+
+    linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
+    exec(compile(src, filename, "exec"), scope)
+    return scope["f"]
+
+
+@pytest.mark.parametrize("src", [
+    "def f(x, scale=0.5, shift=1.0):\n    return torch.relu(x) * scale + shift\n",
+    "def f(x, scale=0.5, shift=1.0):\n    return x.relu().mul(scale).add(shift)\n",
+    "def f(x, scale=0.5, shift=1.0):\n    return torch.clamp(x, min=0) * scale + shift\n",
+    "def f(x):\n    return torch.softmax(x, dim=-1)\n",
+    "def f(x):\n    return torch.nn.functional.softmax(x, -1)\n",
+    "def f(x):\n    e = (x - x.amax(-1, keepdim=True)).exp()\n    return e / e.sum(-1, keepdim=True)\n",
+])
+def test_torch_ops_instead_of_a_kernel_are_rejected(src):
+    cheat = _define(src)
+    with pytest.raises(grading.GradingError, match="implement the computation yourself"):
+        grading.assert_no_library_calls(cheat, forbidden=grading.FORBIDDEN_TORCH_OPS)
+
+
+# ------------------------------------------------------------------------------ the notebook, run as nbgrader would
+
+
+def _stub_solutions(cells: list[dict]) -> list[dict]:
+    """What nbgrader's ClearSolutions leaves: each solution region becomes a NotImplementedError."""
+    out = []
+    pattern = re.compile(r"^([ \t]*)### BEGIN SOLUTION.*?### END SOLUTION[^\n]*", re.S | re.M)
+    for cell in cells:
+        cell = dict(cell)
+        src = _source(cell)
+        cell["source"] = pattern.sub(lambda m: f"{m.group(1)}raise NotImplementedError()", src)
+        out.append(cell)
+    return out
+
+
+def _graded(records: list[dict]) -> dict[str, dict]:
+    return {r["cell"]: r for r in records if r["cell"].startswith(("test_", "perf_"))}
+
+
+@pytest.mark.slow
+def test_instructor_version_passes_every_check(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no data/measurements here: the reference cell must cope
+    graded = _graded(bench.run_notebook(NOTEBOOK))
+    assert graded and all(r["status"] == "ok" for r in graded.values()), graded
+    for name, r in graded.items():
+        if name.startswith("perf_") and not grading.has_cuda():
+            assert grading.NOT_GRADED in r["output"] and r["value"] == 0.0
+
+
+@pytest.mark.slow
+def test_student_version_fails_every_correctness_check(tmp_path):
+    nb = json.loads(NOTEBOOK.read_text(encoding="utf-8"))
+    nb["cells"] = _stub_solutions(nb["cells"])
+    stub = tmp_path / "lab3_fusion.ipynb"
+    stub.write_text(json.dumps(nb), encoding="utf-8")
+    graded = _graded(bench.run_notebook(stub))
+    assert {"test_predict", "test_count_kernels", "test_fused_elementwise", "test_softmax",
+            "test_softmax_stable"} <= set(graded)
+    for name, r in graded.items():
+        if name.startswith("test_"):
+            assert r["status"] != "ok", f"{name} passes without a solution"
+
+
+@pytest.mark.slow
+def test_bench_script_tiny_run_and_reference_cell(tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    monkeypatch.setattr(sys, "argv", ["lab3_bench.py", "--tiny", "--no-notebook", "--out", str(out)])
+    bench.main()
+    data = json.loads((out / "lab3_h100.json").read_text())
+    assert data["schema"] == "lab3-fusion/1" and data["copy_bandwidth"]["unit"] == "byte/s"
+    row = data["elementwise"][0]
+    # relu(x)*0.5+1.0 on 1000 fp32 elements: unfused 6 * 4000 B, fused 2 * 4000 B
+    assert row["traffic_model"]["unfused"]["value"] == 24000 and row["traffic_model"]["fused"]["value"] == 8000
+    for r in data["elementwise"] + data["softmax"]:
+        assert r["triton"]["time"]["value"] > 0 and r["triton"]["time"]["unit"] == "s"
+    # the notebook's last cell quotes the file when it lies in data/measurements/labs of a parent folder
+    (tmp_path / "data" / "measurements" / "labs").mkdir(parents=True)
+    (tmp_path / "data" / "measurements" / "labs" / "lab3_h100.json").write_text(json.dumps(data))
+    work = tmp_path / "labs" / "lab3"
+    work.mkdir(parents=True)
+    monkeypatch.chdir(work)
+    cell = next(c for c in _cells() if c["metadata"].get("nbgrader", {}).get("grade_id") == "reference_figures")
+    scope = {"json": json, "Path": Path, "mlsys": mlsys}
+    import contextlib
+    import io
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        exec(_source(cell), scope)
+    printed = buf.getvalue()
+    assert data["device"]["name"] in printed and "softmax" in printed and "relu(x)*0.5+1.0" in printed
+
+
+def test_bench_loads_the_notebook_kernels_not_a_copy():
+    src = BENCH.read_text(encoding="utf-8")
+    assert "@triton.jit" not in src and "tl.load" not in src
+    assert os.path.samefile(bench.NOTEBOOK, NOTEBOOK)
+
+
+# ------------------------------------------------------------------------------ graded end to end (mlsys.teach)
+
+
+def _with_solutions(cells: list[dict], answers: dict[str, str]) -> list[dict]:
+    """Replace the solution region of the cells named in ``answers`` by that code."""
+    pattern = re.compile(r"^([ \t]*)### BEGIN SOLUTION.*?### END SOLUTION[^\n]*", re.S | re.M)
+    out = []
+    for cell in cells:
+        cell = dict(cell)
+        gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        if gid in answers:
+            cell["source"] = pattern.sub(lambda m, a=answers[gid]: m.group(1) + a, _source(cell))
+        out.append(cell)
+    return out
+
+
+@pytest.mark.slow
+def test_grading_a_kernel_cell_that_calls_torch_ops(tmp_path):
+    """Graded by nbgrader through mlsys.teach: a submission whose launchers call PyTorch's ops instead
+    of the Triton kernels loses those two tests (4 + 4 points) and keeps the others:
+    2 (predict) + 2 (count kernels) + 2 (stable softmax) = 6 of 14. (The instructor version and the
+    untouched release are graded by the pipeline's own tests.)"""
+    import shutil
+
+    from mlsys import teach
+
+    root = tmp_path / "labs"
+    (root / "source").mkdir(parents=True)
+    shutil.copy(REPO / "labs" / "nbgrader_config.py", root / "nbgrader_config.py")
+    shutil.copytree(NOTEBOOK.parent, root / "source" / "lab3_fusion")
+    nb = json.loads(NOTEBOOK.read_text(encoding="utf-8"))
+    cheat = dict(nb, cells=_with_solutions(nb["cells"], {
+        "fused_elementwise": "out = torch.relu(x) * scale + shift",
+        "fused_softmax": "out = torch.softmax(x, dim=-1)",
+    }))
+    d = root / "submitted" / "torch_ops" / "lab3_fusion"
+    d.mkdir(parents=True)
+    (d / "lab3_fusion.ipynb").write_text(json.dumps(cheat), encoding="utf-8")
+    (row,) = teach.grade(root, timeout=600, feedback=False, verbose=False)
+    assert row.status == "ok" and row.correctness_max == 14, row
+    assert row.correctness_score == 6, row
+    if not grading.has_cuda():
+        assert row.performance == "not graded (no GPU)", row
