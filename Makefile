@@ -22,9 +22,16 @@ $(STAMP): requirements.txt pyproject.toml
 	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
+CACHE := _build/.jupyter_cache
+
+# The execution cache is keyed on a chapter's code only: when mlsys or a recorded measurement
+# changes, clear it so no page shows stale figures.
 book: $(STAMP)
+	@if [ -d $(CACHE) ] && { [ ! -f $(CACHE)/.inputs-stamp ] || [ -n "$$(find mlsys data -newer $(CACHE)/.inputs-stamp -not -path "*/__pycache__*" -print -quit)" ]; }; then \
+		echo "make book: mlsys or data/ changed since the last build; clearing the execution cache"; rm -rf $(CACHE); fi
 	rm -rf _build/html
 	$(BIN)/jupyter-book build . -W -n --keep-going
+	@mkdir -p $(CACHE) && touch $(CACHE)/.inputs-stamp
 	@test -s _build/html/index.html || { echo "make book: _build/html/index.html is missing or empty" >&2; exit 1; }
 	@echo "Book built: _build/html/index.html"
 
