@@ -1,0 +1,291 @@
+"""Timing done right: warm-up, repeats, and the minimum, median and maximum of the repeats.
+
+A measured time is only worth quoting with how it was taken. :class:`Timing` keeps every
+repeat (in seconds) together with the method, the number of warm-up calls and how caches were
+treated, so a JSON file written from it says what was timed and how.
+
+On a CPU, each call is bracketed by ``time.perf_counter()``. On a CUDA GPU, work is
+asynchronous: each call is bracketed by two CUDA events recorded on the stream, and the L2
+cache is flushed before every timed call by writing a buffer larger than it (otherwise a
+kernel that reads 40 MB would find its inputs still in a 50 MB L2 and run faster than it
+ever will in a real model). The median of the repeats is the figure quoted; the minimum and
+maximum show the spread.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Timing", "time_cpu", "time_cuda", "time_fn", "choose_repeats", "CheckFailed", "cpu_cache_bytes",
+           "l2_flush_bytes"]
+
+
+class CheckFailed(AssertionError):
+    """A benchmarked function returned a wrong result after it was timed."""
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Repeated timings of one callable.
+
+    ``times`` are seconds, one per timed call (after ``warmup`` untimed calls).
+    ``per_call`` divides each time when one timed call runs the operation several times
+    (e.g. 100 launches in a loop): ``median`` etc. are then per operation.
+    """
+
+    what: str
+    method: str
+    times: tuple[float, ...]
+    warmup: int
+    flush: str
+    per_call: int = 1
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.times:
+            raise ValueError(f"Timing of {self.what!r} needs at least one time, got none")
+        if any((not isinstance(t, (int, float))) or t != t or t < 0 for t in self.times):
+            raise ValueError(f"Timing of {self.what!r}: times must be non-negative seconds, got {self.times!r}")
+        if self.per_call < 1:
+            raise ValueError(f"per_call must be a positive count, got {self.per_call}")
+
+    @property
+    def repeats(self) -> int:
+        """Number of timed calls."""
+        return len(self.times)
+
+    @property
+    def min(self) -> float:
+        """Fastest repeat, seconds per operation."""
+        return min(self.times) / self.per_call
+
+    @property
+    def median(self) -> float:
+        """Median repeat, seconds per operation (the figure to quote)."""
+        return statistics.median(self.times) / self.per_call
+
+    @property
+    def max(self) -> float:
+        """Slowest repeat, seconds per operation."""
+        return max(self.times) / self.per_call
+
+    def to_json(self) -> dict[str, Any]:
+        """The statistics and method as a JSON-ready dict (times in seconds)."""
+        return {
+            "what": self.what,
+            "method": self.method,
+            "unit": "s",
+            "min": self.min,
+            "median": self.median,
+            "max": self.max,
+            "repeats": self.repeats,
+            "warmup": self.warmup,
+            "flush": self.flush,
+            "per_call": self.per_call,
+        }
+
+
+def choose_repeats(estimate_s: float, budget_s: float, min_repeats: int, max_repeats: int) -> int:
+    """How many repeats fit in ``budget_s`` at ``estimate_s`` per call, clamped to [min, max].
+
+    ``repeats = clamp(floor(budget_s / estimate_s), min_repeats, max_repeats)``.
+    """
+    if min_repeats < 1 or max_repeats < min_repeats:
+        raise ValueError(f"need 1 <= min_repeats <= max_repeats, got {min_repeats}, {max_repeats}")
+    if estimate_s <= 0:
+        return max_repeats
+    return max(min_repeats, min(max_repeats, int(budget_s / estimate_s)))
+
+
+def _run_check(check: Callable[[Any], object] | None, result: Any, what: str) -> None:
+    if check is None:
+        return
+    ok = check(result)
+    if ok is False:
+        raise CheckFailed(f"{what}: the result was wrong after timing")
+
+
+def cpu_cache_bytes() -> int:
+    """Size of the CPU's largest cache in bytes, read from Linux sysfs (0 when unreadable)."""
+    import glob
+
+    sizes = [0]
+    for path in glob.glob("/sys/devices/system/cpu/cpu0/cache/index*/size"):
+        try:
+            with open(path, encoding="ascii") as f:
+                text = f.read().strip().upper()
+        except OSError:
+            continue
+        scale = {"K": 2**10, "M": 2**20, "G": 2**30}.get(text[-1:], 1)
+        digits = text.rstrip("KMG")
+        if digits.isdigit():
+            sizes.append(int(digits) * scale)
+    return max(sizes)
+
+
+class _CPUFlusher:
+    """Writes a host buffer of ``nbytes`` (``max(2 * largest cache, 64 MiB)``), evicting the caches."""
+
+    def __init__(self) -> None:
+        import torch
+
+        self.nbytes = max(2 * cpu_cache_bytes(), 64 * 2**20)
+        self.buffer = torch.empty(self.nbytes // 4, dtype=torch.int32)
+
+    def __call__(self) -> None:
+        # through torch, so its worker threads stay awake for the timed call
+        self.buffer.add_(1)
+
+
+_CPU_FLUSHER: list[_CPUFlusher] = []
+
+
+def time_cpu(
+    fn: Callable[[], Any],
+    *,
+    what: str,
+    repeats: int = 20,
+    warmup: int = 3,
+    check: Callable[[Any], object] | None = None,
+    per_call: int = 1,
+    flush: bool = False,
+    budget_s: float | None = None,
+    max_repeats: int = 1000,
+    timer: Callable[[], float] = time.perf_counter,
+) -> Timing:
+    """Time ``fn()`` on the host: ``warmup`` untimed calls, then ``repeats`` calls each
+    bracketed by ``timer()`` (``time.perf_counter``, seconds).
+
+    With ``flush``, a buffer of ``max(2 * largest CPU cache, 64 MiB)`` is written before each
+    timed call, so no call finds its inputs in cache. With ``budget_s``, the repeat count grows
+    from ``repeats`` up to ``max_repeats`` to fill about ``budget_s`` seconds of timed calls.
+    ``check(result)`` runs on the last call's result after timing and must not return
+    ``False`` (it may also raise).
+    """
+    if repeats < 1 or warmup < 0:
+        raise ValueError(f"need repeats >= 1 and warmup >= 0, got repeats={repeats}, warmup={warmup}")
+    flusher: _CPUFlusher | None = None
+    flush_text = "none: caches are not flushed"
+    if flush:
+        if not _CPU_FLUSHER:
+            _CPU_FLUSHER.append(_CPUFlusher())
+        flusher = _CPU_FLUSHER[0]
+        flush_text = f"CPU caches flushed before each timed call by writing {flusher.nbytes} bytes"
+    result = None
+    for _ in range(warmup):
+        result = fn()
+    times: list[float] = []
+    target = repeats
+    while len(times) < target:
+        if flusher is not None:
+            flusher()
+        t0 = timer()
+        result = fn()
+        t1 = timer()
+        times.append(t1 - t0)
+        if budget_s is not None and len(times) == 1:
+            target = choose_repeats(times[0], budget_s, repeats, max_repeats)
+    _run_check(check, result, what)
+    return Timing(what, "time.perf_counter around each call", tuple(times), warmup,
+                  flush_text, per_call)
+
+
+class _L2Flusher:
+    """Writes a buffer of ``nbytes`` on the GPU, evicting whatever the L2 cache held."""
+
+    def __init__(self, nbytes: int, device: Any) -> None:
+        import torch
+
+        self.nbytes = int(nbytes)
+        self.buffer = torch.empty(self.nbytes // 4, dtype=torch.int32, device=device)
+
+    def __call__(self) -> None:
+        self.buffer.zero_()
+
+
+def l2_flush_bytes(device: Any = None) -> int:
+    """Bytes to write to evict the L2: ``max(2 * L2 size, 256 MiB)``."""
+    import torch
+
+    props = torch.cuda.get_device_properties(device)
+    l2 = int(getattr(props, "L2_cache_size", 0) or 0)
+    return max(2 * l2, 256 * 2**20)
+
+
+_FLUSHERS: dict[str, _L2Flusher] = {}
+
+
+def time_cuda(
+    fn: Callable[[], Any],
+    *,
+    what: str,
+    repeats: int = 20,
+    warmup: int = 3,
+    check: Callable[[Any], object] | None = None,
+    per_call: int = 1,
+    flush_l2: bool = True,
+    budget_s: float | None = None,
+    max_repeats: int = 1000,
+) -> Timing:
+    """Time ``fn()`` on the current CUDA stream with CUDA events.
+
+    ``warmup`` untimed calls, then for each of ``repeats`` calls: flush the L2 (write
+    ``max(2 * L2, 256 MiB)`` bytes) unless ``flush_l2`` is false, record a start event,
+    call ``fn()``, record an end event. One synchronisation at the end; each time is
+    ``start.elapsed_time(end)`` (ms, converted to s). With ``budget_s``, repeats grow up to
+    ``max_repeats`` to fill about that long. ``check(result)`` runs after timing.
+    """
+    import torch
+
+    if repeats < 1 or warmup < 0:
+        raise ValueError(f"need repeats >= 1 and warmup >= 0, got repeats={repeats}, warmup={warmup}")
+    dev = torch.cuda.current_device()
+    flush: _L2Flusher | None = None
+    flush_text = "none: the L2 cache is not flushed"
+    if flush_l2:
+        key = str(dev)
+        if key not in _FLUSHERS:
+            _FLUSHERS[key] = _L2Flusher(l2_flush_bytes(dev), f"cuda:{dev}")
+        flush = _FLUSHERS[key]
+        flush_text = f"L2 flushed before each timed call by writing {flush.nbytes} bytes"
+    result = None
+    for _ in range(warmup):
+        result = fn()
+    torch.cuda.synchronize()
+    target = repeats
+    if budget_s is not None:
+        t0 = time.perf_counter()
+        result = fn()
+        torch.cuda.synchronize()
+        target = choose_repeats(time.perf_counter() - t0, budget_s, repeats, max_repeats)
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(target)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(target)]
+    for s, e in zip(starts, ends, strict=True):
+        if flush is not None:
+            flush()
+        s.record()
+        result = fn()
+        e.record()
+    torch.cuda.synchronize()
+    times = tuple(s.elapsed_time(e) * 1e-3 for s, e in zip(starts, ends, strict=True))
+    _run_check(check, result, what)
+    return Timing(what, "CUDA events around each call (torch.cuda.Event.elapsed_time)", times,
+                  warmup, flush_text, per_call)
+
+
+def time_fn(fn: Callable[[], Any], device: str, **kwargs: Any) -> Timing:
+    """Time ``fn`` with :func:`time_cuda` when ``device`` is ``"cuda"``, else :func:`time_cpu`.
+
+    ``flush_l2`` (default true) flushes the GPU's L2, or on a CPU its caches, before each
+    timed call.
+    """
+    if device == "cuda":
+        return time_cuda(fn, **kwargs)
+    if device != "cpu":
+        raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
+    kwargs["flush"] = kwargs.pop("flush_l2", True)
+    return time_cpu(fn, **kwargs)

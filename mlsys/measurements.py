@@ -1,0 +1,383 @@
+"""Recorded measurements: ``data/measurements/<device-slug>.json``, their schema, and measured roofs.
+
+``python -m mlsys measure`` (:mod:`mlsys.bench`) writes one file per device. This module
+defines the file's schema once, validates every file when it is loaded (and in the tests),
+and turns the measured figures into quantities and :class:`~mlsys.roofline.Roof` objects, so
+chapters and labs quote measured numbers the same way they quote datasheet numbers.
+
+A file looks like this (every number carries its unit; every figure its method)::
+
+    {"schema": "mlsys-measurements/1",
+     "date": "2026-11-21T20:30:00+00:00",
+     "device": {"kind": "cuda", "name": "NVIDIA H100 80GB HBM3", "slug": "nvidia-h100-80gb-hbm3",
+                "sm_count": 132, "memory": {"value": 85e9, "unit": "byte"}, ...},
+     "software": {"torch": "2.11.0", "triton": "3.6.0", "cuda": "13.0", "driver": "580.x", ...},
+     "figures": {"copy_bandwidth": {"value": 3.0e12, "unit": "byte/s", "method": "...",
+                                    "timing": {"median": ..., "unit": "s", ...}}, ...},
+     "skipped": {"h2d_pinned": "no CUDA device"},
+     "roofline_check": {"dtype": "bf16", "kernels": [{"kernel": "add 2^26", ...}, ...]}}
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pint
+
+from .roofline import Roof
+from .units import Q_, ureg
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "FIGURES",
+    "REQUIRED_FIGURES",
+    "MATMUL_DTYPES",
+    "MeasurementError",
+    "Measurement",
+    "device_slug",
+    "data_dir",
+    "path_for",
+    "available",
+    "find",
+    "load",
+    "validate",
+]
+
+SCHEMA_VERSION = "mlsys-measurements/1"
+
+#: dtypes whose matmul throughput may be measured, as ``matmul_<dtype>`` figures
+MATMUL_DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp8")
+
+#: every figure a file may hold, and the unit its value must convert to
+FIGURES: dict[str, str] = {
+    "copy_bandwidth": "byte/s",
+    "read_bandwidth": "byte/s",
+    **{f"matmul_{d}": "FLOP/s" for d in MATMUL_DTYPES},
+    "launch_eager": "s",
+    "launch_triton": "s",
+    "launch_graph": "s",
+    "kernel_latency": "s",
+    "h2d_pageable": "byte/s",
+    "h2d_pinned": "byte/s",
+}
+
+#: figures every file must have (they exist on any device)
+REQUIRED_FIGURES = ("copy_bandwidth", "read_bandwidth", "matmul_fp32", "launch_eager")
+
+_TIMING_KEYS = ("what", "method", "unit", "min", "median", "max", "repeats", "warmup", "flush")
+_KERNEL_KEYS = ("kernel", "kind", "dtype", "flops", "bytes", "intensity", "predicted", "measured",
+                "ratio", "bound", "overhead", "launch_dominated", "predicted_with_overhead",
+                "ratio_with_overhead")
+
+
+class MeasurementError(ValueError):
+    """A measurements file does not follow the schema; the message names the field."""
+
+
+def device_slug(name: str) -> str:
+    """A file-name slug for a device name: lower case, runs of other characters -> ``-``.
+
+    ``"NVIDIA H100 80GB HBM3"`` -> ``"nvidia-h100-80gb-hbm3"``; trademark marks such as
+    ``(R)`` and ``(TM)`` are dropped.
+    """
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError(f"device_slug needs a non-empty device name, got {name!r}")
+    text = re.sub(r"\((r|tm)\)", " ", name.lower())
+    slug = re.sub(r"[^a-z0-9]+", "-", text).strip("-")
+    if not slug:
+        raise ValueError(f"device name {name!r} has no letters or digits to make a slug from")
+    return slug
+
+
+def data_dir() -> Path:
+    """The repository's ``data/measurements`` directory, or ``$MLSYS_MEASUREMENTS_DIR`` if set."""
+    override = os.environ.get("MLSYS_MEASUREMENTS_DIR")
+    if override:
+        return Path(override)
+    return Path(__file__).resolve().parent.parent / "data" / "measurements"
+
+
+def path_for(slug: str) -> Path:
+    """``data/measurements/<slug>.json``."""
+    return data_dir() / f"{slug}.json"
+
+
+def _is_device_file(path: Path) -> bool:
+    """True for ``<slug>.json`` declaring this schema for the device ``slug`` (``data/measurements``
+    also holds other scripts' results, some with the same provenance block)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return False
+    if not isinstance(data, dict) or not str(data.get("schema", "")).startswith("mlsys-measurements/"):
+        return False
+    device = data.get("device")
+    return isinstance(device, dict) and device.get("slug") == path.stem
+
+
+def available() -> list[str]:
+    """Slugs of the device measurement files present (``<slug>.json`` of this schema), sorted.
+
+    Other JSON files in the directory (results of chapter or lab scripts) are not listed.
+    """
+    d = data_dir()
+    return sorted(p.stem for p in d.glob("*.json") if _is_device_file(p)) if d.is_dir() else []
+
+
+def find(prefix: str) -> str | None:
+    """The first available slug starting with ``prefix`` (e.g. ``"nvidia-h100"``), else None."""
+    hits = [s for s in available() if s.startswith(prefix.lower())]
+    return hits[0] if hits else None
+
+
+# ---------------------------------------------------------------- validation
+
+
+def _fail(where: str, msg: str) -> None:
+    raise MeasurementError(f"{where}: {msg}")
+
+
+def _need(obj: Mapping[str, Any], key: str, where: str, types: type | tuple[type, ...]) -> Any:
+    if key not in obj:
+        _fail(where, f"missing field {key!r}")
+    value = obj[key]
+    if isinstance(value, bool) and bool not in (types if isinstance(types, tuple) else (types,)):
+        _fail(f"{where}.{key}", f"expected {_tname(types)}, got {value!r}")
+    if not isinstance(value, types):
+        _fail(f"{where}.{key}", f"expected {_tname(types)}, got {type(value).__name__} {value!r}")
+    return value
+
+
+def _tname(types: type | tuple[type, ...]) -> str:
+    ts = types if isinstance(types, tuple) else (types,)
+    if set(ts) == {int, float}:
+        return "a number"
+    names = {"str": "a string", "dict": "an object", "list": "a list", "int": "an integer",
+             "float": "a number", "bool": "true or false", "NoneType": "null"}
+    return " or ".join(dict.fromkeys(names.get(t.__name__, t.__name__) for t in ts))
+
+
+def _number(value: Any, where: str, positive: bool = True) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        _fail(where, f"expected a finite number, got {value!r}")
+    if positive and value <= 0:
+        _fail(where, f"expected a positive number, got {value!r}")
+    if not positive and value < 0:
+        _fail(where, f"expected a non-negative number, got {value!r}")
+    return float(value)
+
+
+def _quantity(obj: Any, where: str, expected: str, positive: bool = True) -> pint.Quantity:
+    """Validate ``{"value": number, "unit": str}`` whose unit converts to ``expected``."""
+    if not isinstance(obj, dict):
+        _fail(where, f'expected {{"value": number, "unit": "{expected}"}}, got {obj!r}')
+    value = _number(_need(obj, "value", where, (int, float)), f"{where}.value", positive)
+    unit = _need(obj, "unit", where, str)
+    try:
+        u = ureg.Unit(unit)
+    except Exception:
+        _fail(f"{where}.unit", f"{unit!r} is not a unit known to mlsys.units")
+    if u.dimensionality != ureg.Unit(expected).dimensionality:
+        _fail(f"{where}.unit", f"expected a unit of {expected}, got {unit!r}")
+    return Q_(value, unit)
+
+
+def _timing(obj: Any, where: str) -> None:
+    if not isinstance(obj, dict):
+        _fail(where, f"expected a timing object with {', '.join(_TIMING_KEYS)}, got {obj!r}")
+    for key in ("what", "method", "flush"):
+        _need(obj, key, where, str)
+    if _need(obj, "unit", where, str) != "s":
+        _fail(f"{where}.unit", f"timings are stored in seconds ('s'), got {obj['unit']!r}")
+    lo, med, hi = (_number(_need(obj, k, where, (int, float)), f"{where}.{k}", positive=False)
+                   for k in ("min", "median", "max"))
+    if not lo <= med <= hi:
+        _fail(where, f"expected min <= median <= max, got {lo}, {med}, {hi}")
+    if _need(obj, "repeats", where, int) < 1:
+        _fail(f"{where}.repeats", f"expected at least 1 repeat, got {obj['repeats']}")
+    if _need(obj, "warmup", where, int) < 0:
+        _fail(f"{where}.warmup", f"expected a non-negative count, got {obj['warmup']}")
+
+
+def _figure(name: str, obj: Any, where: str) -> None:
+    if name not in FIGURES:
+        _fail(where, f"unknown figure {name!r}; known figures: {', '.join(FIGURES)}")
+    _quantity(obj, where, FIGURES[name])
+    _need(obj, "method", where, str)
+    _timing(_need(obj, "timing", where, dict), f"{where}.timing")
+
+
+def _kernel(obj: Any, where: str) -> None:
+    if not isinstance(obj, dict):
+        _fail(where, f"expected an object with {', '.join(_KERNEL_KEYS)}, got {obj!r}")
+    for key in ("kernel", "kind", "dtype"):
+        _need(obj, key, where, str)
+    flops = _quantity(_need(obj, "flops", where, dict), f"{where}.flops", "FLOP", positive=False)
+    nbytes = _quantity(_need(obj, "bytes", where, dict), f"{where}.bytes", "byte")
+    intensity = _quantity(_need(obj, "intensity", where, dict), f"{where}.intensity", "FLOP/byte",
+                          positive=False)
+    if not math.isclose((flops / nbytes).to("FLOP/byte").m, intensity.to("FLOP/byte").m, rel_tol=1e-6):
+        _fail(f"{where}.intensity", f"expected flops / bytes = {(flops / nbytes).to('FLOP/byte'):~P}, "
+              f"got {intensity:~P}")
+    for key in ("predicted", "overhead", "predicted_with_overhead"):
+        _quantity(_need(obj, key, where, dict), f"{where}.{key}", "s", positive=(key != "overhead"))
+    _timing(_need(obj, "measured", where, dict), f"{where}.measured")
+    for key in ("ratio", "ratio_with_overhead"):
+        _number(_need(obj, key, where, (int, float)), f"{where}.{key}")
+    if _need(obj, "bound", where, str) not in ("memory", "compute"):
+        _fail(f"{where}.bound", f"expected 'memory' or 'compute', got {obj['bound']!r}")
+    _need(obj, "launch_dominated", where, bool)
+
+
+def validate(data: Any, source: str = "measurements") -> dict[str, Any]:
+    """Check ``data`` against the schema; return it unchanged or raise :class:`MeasurementError`.
+
+    The error message starts with ``source`` and the dotted path of the offending field.
+    """
+    w = source
+    if not isinstance(data, dict):
+        _fail(w, f"expected a JSON object at the top level, got {type(data).__name__}")
+    if _need(data, "schema", w, str) != SCHEMA_VERSION:
+        _fail(f"{w}.schema", f"expected {SCHEMA_VERSION!r}, got {data['schema']!r}")
+    _need(data, "date", w, str)
+    dev = _need(data, "device", w, dict)
+    for key in ("kind", "name", "slug"):
+        _need(dev, key, f"{w}.device", str)
+    if dev["kind"] not in ("cpu", "cuda"):
+        _fail(f"{w}.device.kind", f"expected 'cpu' or 'cuda', got {dev['kind']!r}")
+    if dev["slug"] != device_slug(dev["name"]):
+        _fail(f"{w}.device.slug", f"expected {device_slug(dev['name'])!r} for {dev['name']!r}, "
+              f"got {dev['slug']!r}")
+    _quantity(_need(dev, "memory", f"{w}.device", dict), f"{w}.device.memory", "byte")
+    if dev["kind"] == "cuda":
+        _need(dev, "sm_count", f"{w}.device", int)
+    sw = _need(data, "software", w, dict)
+    for key in ("python", "torch"):
+        _need(sw, key, f"{w}.software", str)
+    if dev["kind"] == "cuda":
+        _need(sw, "cuda", f"{w}.software", str)
+    figs = _need(data, "figures", w, dict)
+    for name in REQUIRED_FIGURES:
+        if name not in figs:
+            _fail(f"{w}.figures", f"missing required figure {name!r}")
+    for name, fig in figs.items():
+        _figure(name, fig, f"{w}.figures.{name}")
+    skipped = data.get("skipped", {})
+    if not isinstance(skipped, dict) or not all(isinstance(v, str) for v in skipped.values()):
+        _fail(f"{w}.skipped", "expected an object mapping figure names to reasons (strings)")
+    check = _need(data, "roofline_check", w, dict)
+    dtype = _need(check, "dtype", f"{w}.roofline_check", str)
+    if f"matmul_{dtype}" not in figs:
+        _fail(f"{w}.roofline_check.dtype", f"the roofs use matmul_{dtype}, which is not among the figures")
+    kernels = _need(check, "kernels", f"{w}.roofline_check", list)
+    for i, k in enumerate(kernels):
+        _kernel(k, f"{w}.roofline_check.kernels[{i}]")
+    return data
+
+
+# ---------------------------------------------------------------- loading
+
+
+class Measurement:
+    """One validated measurements file, with its figures as quantities."""
+
+    def __init__(self, data: dict[str, Any], source: str = "measurements") -> None:
+        self.data = validate(data, source)
+        self.source = source
+
+    @property
+    def name(self) -> str:
+        """The device's name as its driver reports it (e.g. ``"NVIDIA H100 80GB HBM3"``)."""
+        return self.data["device"]["name"]
+
+    @property
+    def slug(self) -> str:
+        return self.data["device"]["slug"]
+
+    @property
+    def kind(self) -> str:
+        """``"cuda"`` or ``"cpu"``."""
+        return self.data["device"]["kind"]
+
+    @property
+    def date(self) -> str:
+        """ISO 8601 date and time (UTC) of the measurement."""
+        return self.data["date"]
+
+    @property
+    def day(self) -> str:
+        """The date alone, ``YYYY-MM-DD``."""
+        return self.date[:10]
+
+    def has(self, figure: str) -> bool:
+        return figure in self.data["figures"]
+
+    def figure(self, name: str) -> pint.Quantity:
+        """A measured figure as a quantity (median of its repeats), e.g. ``figure("copy_bandwidth")``."""
+        if name not in FIGURES:
+            raise KeyError(f"unknown figure {name!r}; known figures: {', '.join(FIGURES)}")
+        figs = self.data["figures"]
+        if name not in figs:
+            why = self.data.get("skipped", {}).get(name, "not in the file")
+            raise KeyError(f"{self.slug} has no figure {name!r} ({why}); it has: {', '.join(figs)}")
+        return Q_(figs[name]["value"], figs[name]["unit"])
+
+    def method(self, name: str) -> str:
+        """How a figure was measured."""
+        self.figure(name)
+        return self.data["figures"][name]["method"]
+
+    def matmul_dtypes(self) -> list[str]:
+        """dtypes with a measured matmul throughput, in :data:`MATMUL_DTYPES` order."""
+        return [d for d in MATMUL_DTYPES if self.has(f"matmul_{d}")]
+
+    def roof(self, dtype: str = "bf16", bandwidth: str = "copy_bandwidth") -> Roof:
+        """The measured roof: measured matmul throughput of ``dtype`` and measured ``bandwidth``."""
+        if FIGURES.get(bandwidth) != "byte/s" or bandwidth.startswith("h2d"):
+            raise ValueError(f"bandwidth must be 'copy_bandwidth' or 'read_bandwidth', got {bandwidth!r}")
+        return Roof(self.figure(f"matmul_{dtype}"), self.figure(bandwidth),
+                    f"{self.name}, measured {dtype} ({self.day})")
+
+    @property
+    def check_dtype(self) -> str:
+        """The dtype of the roofline check's roof."""
+        return self.data["roofline_check"]["dtype"]
+
+    def kernels(self) -> list[dict[str, Any]]:
+        """The roofline check's kernels, each with flops, bytes, predicted and measured times."""
+        return list(self.data["roofline_check"]["kernels"])
+
+    def accelerator(self) -> Any:
+        """The datasheet entry (:class:`mlsys.hardware.Accelerator`) for this device, or None."""
+        from . import hardware
+
+        name = self.name.removeprefix("NVIDIA ").strip()
+        for candidate in (name, name.replace(" ", "-")):
+            try:
+                return hardware.get(candidate)
+            except KeyError:
+                continue
+        return None
+
+    def __repr__(self) -> str:
+        return f"Measurement({self.slug!r}, {self.date!r})"
+
+
+def load(what: str | Path) -> Measurement:
+    """Load and validate a measurements file: a slug (``"nvidia-h100-80gb-hbm3"``) or a path."""
+    p = Path(what)
+    if p.suffix != ".json":
+        p = path_for(str(what))
+        if not p.exists():
+            raise FileNotFoundError(f"no measurements for {what!r} at {p}; available: {available()}")
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise MeasurementError(f"{p}: not valid JSON ({exc})") from exc
+    return Measurement(data, str(p))

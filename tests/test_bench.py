@@ -1,0 +1,188 @@
+"""The timing harness, the counted work of the roofline-check kernels, and the JSON it writes.
+
+Statistics are checked with a fake clock, so nothing here depends on how fast this machine is.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import pytest
+
+from mlsys import Q_
+from mlsys import measurements as ms
+from mlsys.bench import micro, roofcheck, run, timing
+from mlsys.bench.timing import CheckFailed, Timing, choose_repeats, time_cpu, time_fn
+from mlsys.roofline import Roof
+
+
+def fake_clock(durations):
+    """A timer whose consecutive (start, end) pairs are ``durations`` apart."""
+    ticks, now = [], 100.0
+    for d in durations:
+        ticks += [now, now + d]
+        now += d + 1.0
+    it = iter(ticks)
+    return lambda: next(it)
+
+
+def test_statistics_from_a_fake_clock():
+    calls = itertools.count()
+    t = time_cpu(lambda: next(calls), what="noop", repeats=5, warmup=2, timer=fake_clock([3, 1, 2, 5, 4]))
+    # sorted 1, 2, 3, 4, 5: min 1, median 3, max 5
+    assert (t.min, t.median, t.max) == (1, 3, 5)
+    assert t.repeats == 5 and t.warmup == 2
+    assert next(calls) == 7  # 2 warm-up + 5 timed calls
+    assert t.method.startswith("time.perf_counter")
+
+
+def test_even_count_median_and_per_call():
+    t = time_cpu(lambda: None, what="loop", repeats=4, warmup=0, per_call=10, timer=fake_clock([10, 40, 20, 30]))
+    # median of 10, 20, 30, 40 is (20 + 30) / 2 = 25; per operation 25 / 10 = 2.5
+    assert t.median == pytest.approx(2.5)
+    assert t.min == pytest.approx(1.0) and t.max == pytest.approx(4.0)
+    j = t.to_json()
+    assert j["unit"] == "s" and j["per_call"] == 10 and j["median"] == pytest.approx(2.5)
+
+
+def test_budget_grows_the_repeats():
+    # first call takes 0.1 s; a 1 s budget fits 10 calls, more than the 3 asked for
+    t = time_cpu(lambda: None, what="x", repeats=3, warmup=0, budget_s=1.0, timer=fake_clock([0.1] * 20))
+    assert t.repeats == 10
+
+
+def test_choose_repeats_clamps():
+    assert choose_repeats(0.01, 1.0, 5, 50) == 50   # 100 fit, capped at 50
+    assert choose_repeats(0.5, 1.0, 5, 50) == 5     # 2 fit, raised to 5
+    assert choose_repeats(0.05, 1.0, 5, 50) == 20   # 1 / 0.05 = 20
+    with pytest.raises(ValueError, match="min_repeats"):
+        choose_repeats(0.1, 1.0, 0, 5)
+
+
+def test_check_runs_after_timing_and_fails_loudly():
+    seen = []
+    time_cpu(lambda: 42, what="x", repeats=2, warmup=0, check=seen.append, timer=fake_clock([1, 1]))
+    assert seen == [42]
+    with pytest.raises(CheckFailed, match="wrong"):
+        time_cpu(lambda: 41, what="answer", repeats=2, warmup=0, check=lambda r: r == 42,
+                 timer=fake_clock([1, 1]))
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="repeats"):
+        time_cpu(lambda: None, what="x", repeats=0)
+    with pytest.raises(ValueError, match="at least one"):
+        Timing("x", "m", (), 0, "none")
+    with pytest.raises(ValueError, match="non-negative"):
+        Timing("x", "m", (1.0, -1.0), 0, "none")
+    with pytest.raises(ValueError, match="'cpu' or 'cuda'"):
+        time_fn(lambda: None, "tpu", what="x")
+
+
+def test_cpu_flush_is_recorded():
+    t = time_fn(lambda: None, "cpu", what="x", repeats=2, warmup=0)
+    # the flush buffer is at least 64 MiB = 67108864 bytes
+    nbytes = int(t.flush.split("writing ")[1].split(" ")[0])
+    assert nbytes >= 67108864 and nbytes >= 2 * timing.cpu_cache_bytes()
+    assert time_fn(lambda: None, "cpu", what="x", repeats=2, warmup=0, flush_l2=False).flush.startswith("none")
+
+
+def test_gpu_sizes_are_larger_than_the_l2():
+    s = micro.sizes_for("cuda")
+    # 2^28 fp32 elements = 1 GiB per buffer, 20x a 50 MB L2; 8192^3 matmuls
+    assert s.stream_numel * 4 == 2**30 and s.matmul_n == 8192
+
+
+# ---------------------------------------------------------------- counted work of the check kernels
+
+
+def test_kernel_counts_by_hand():
+    k = roofcheck.elementwise_add(1024, "bf16")
+    assert (k.flops, k.nbytes) == (1024, 3 * 1024 * 2)          # two reads, one write, 2 bytes each
+    k = roofcheck.reduction_sum(1024, "fp32")
+    assert (k.flops, k.nbytes) == (1023, 1025 * 4)              # 1023 adds; 1024 read + 1 written
+    k = roofcheck.layernorm(4, 8, "fp32")
+    assert (k.flops, k.nbytes) == (8 * 32, (2 * 32 + 2 * 8) * 4)  # x in, y out, weight and bias
+    k = roofcheck.softmax(2, 4, "bf16")
+    assert (k.flops, k.nbytes) == (5 * 8, 2 * 8 * 2)
+    k = roofcheck.matmul(2, 3, 4, "fp32")
+    assert (k.flops, k.nbytes) == (2 * 2 * 3 * 4, (2 * 4 + 4 * 3 + 2 * 3) * 4)
+
+
+def test_check_kernels_span_the_ridge():
+    for device in ("cpu", "cuda"):
+        _, ks = roofcheck.kernels_for(device)
+        intensities = [k.flops / k.nbytes for k in ks]
+        # a CPU ridge point is a few FLOP/byte, an H100 bf16 one about 300
+        assert min(intensities) < 1 and max(intensities) > 100, device
+
+
+def test_prediction_and_overhead_model():
+    roof = Roof(Q_(1e12, "FLOP/s"), Q_(1e11, "byte/s"))
+    big = roofcheck.elementwise_add(2**20, "fp32")
+    p = roofcheck.predict(big, roof, 5e-6)
+    # bytes 12 * 2^20 = 12582912 at 1e11 byte/s -> 1.2582912e-4 s; FLOPs 2^20 / 1e12 = 1.05e-6 s
+    assert p["predicted"]["value"] == pytest.approx(1.2582912e-4)
+    assert p["bound"] == "memory" and not p["launch_dominated"]
+    assert p["predicted_with_overhead"]["value"] == pytest.approx(1.2582912e-4 + 5e-6)
+    tiny = roofcheck.elementwise_add(16, "fp32")
+    p = roofcheck.predict(tiny, roof, 2e-6)
+    # 192 bytes -> 1.92e-9 s, far below a 2 us fixed cost per kernel
+    assert p["launch_dominated"]
+    assert p["predicted_with_overhead"]["value"] == pytest.approx(2e-6 + 1.92e-9)
+    mm = roofcheck.matmul(1024, 1024, 1024, "bf16")
+    p = roofcheck.predict(mm, roof, 2e-6)
+    # 2 * 2^30 FLOP / 1e12 = 2.147e-3 s > 6291456 byte / 1e11 = 6.3e-5 s
+    assert p["bound"] == "compute" and p["predicted"]["value"] == pytest.approx(2 * 2**30 / 1e12)
+
+
+def test_fixed_cost_preference():
+    figs = {"launch_eager": {"value": 8e-6}, "launch_graph": {"value": 1e-6}, "kernel_latency": {"value": 5e-6}}
+    assert roofcheck.fixed_cost(figs, "cuda")[0] == 5e-6
+    del figs["kernel_latency"]
+    assert roofcheck.fixed_cost(figs, "cuda")[0] == 1e-6
+    assert roofcheck.fixed_cost(figs, "cpu")[0] == 8e-6
+
+
+def test_run_check_on_cpu_gives_schema_valid_rows():
+    roof = Roof(Q_(1e11, "FLOP/s"), Q_(1e10, "byte/s"))
+    ks = [roofcheck.elementwise_add(256, "fp32"), roofcheck.softmax(4, 64, "fp32"),
+          roofcheck.layernorm(4, 64, "fp32"), roofcheck.reduction_sum(256, "fp32"),
+          roofcheck.matmul(8, 8, 8, "fp32")]
+    block = roofcheck.run_check("cpu", roof, "fp32", ks, 1e-6, "test", 0.001, 2)
+    assert [r["kernel"] for r in block["kernels"]] == [k.name for k in ks]
+    for i, row in enumerate(block["kernels"]):
+        ms._kernel(row, f"kernels[{i}]")
+        assert row["ratio"] == pytest.approx(row["predicted"]["value"] / row["measured"]["median"])
+
+
+def test_microbenchmarks_on_cpu_and_skips():
+    s = micro.Sizes(2**12, 32, 0, 5, 0.001, 2)
+    fig = micro.copy_bandwidth("cpu", s)
+    assert fig["unit"] == "byte/s" and fig["value"] > 0
+    # bytes = read + written = 2 * 4 * 4096; value * median time gives them back
+    assert fig["value"] * fig["timing"]["median"] == pytest.approx(2 * 4 * 4096)
+    fig = micro.matmul_throughput("cpu", s, "fp32")
+    assert fig["value"] * fig["timing"]["median"] == pytest.approx(2 * 32**3)
+    for name in ("matmul_tf32", "matmul_fp8", "launch_graph", "h2d_pinned"):
+        with pytest.raises(micro.Skip):
+            micro.MICROBENCHMARKS[name]("cpu", s)
+
+
+def test_output_path(tmp_path):
+    assert run.output_path(str(tmp_path) + "/", "dev") == tmp_path / "dev.json"
+    assert run.output_path(str(tmp_path), "dev") == tmp_path / "dev.json"  # an existing directory
+    assert run.output_path(str(tmp_path / "x.json"), "dev") == tmp_path / "x.json"
+    assert run.output_path(None, "dev") == ms.path_for("dev")
+    with pytest.raises(ValueError, match=".json"):
+        run.output_path(str(tmp_path / "x.txt"), "dev")
+
+
+def test_written_file_round_trips(tmp_path):
+    from test_measurements import good
+
+    p = tmp_path / "g.json"
+    p.write_text(json.dumps(good()))
+    text = run.summary(ms.load(p))
+    assert "copy_bandwidth" in text and "of datasheet" in text

@@ -1,0 +1,152 @@
+"""The measurements file schema: good files load, bad files fail with a message naming the field."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from mlsys import Q_
+from mlsys import measurements as ms
+
+
+def _timing(median: float) -> dict:
+    return {"what": "x", "method": "CUDA events around each call", "unit": "s", "min": median * 0.9,
+            "median": median, "max": median * 1.2, "repeats": 30, "warmup": 3,
+            "flush": "L2 flushed", "per_call": 1}
+
+
+def _fig(value: float, unit: str, median: float = 1e-3) -> dict:
+    return {"value": value, "unit": unit, "method": "bytes / median time", "size": "n", "timing": _timing(median)}
+
+
+def good() -> dict:
+    """A hand-made file for an imaginary GPU: 2 TB/s copy, 500 TFLOP/s bf16."""
+    # the one kernel: a 1024^3 bf16 matmul: 2 * 1024^3 = 2147483648 FLOP,
+    # 3 * 1024^2 * 2 bytes = 6291456 byte, intensity 2147483648 / 6291456 = 341.33 FLOP/byte
+    return {
+        "schema": "mlsys-measurements/1",
+        "date": "2026-11-21T20:00:00+00:00",
+        "device": {"kind": "cuda", "name": "NVIDIA H100 80GB HBM3", "slug": "nvidia-h100-80gb-hbm3",
+                   "sm_count": 132, "memory": {"value": 85e9, "unit": "byte"}},
+        "software": {"python": "3.11.9", "torch": "2.11.0", "cuda": "13.0", "triton": "3.6.0"},
+        "figures": {
+            "copy_bandwidth": _fig(2.0e12, "byte/s"),
+            "read_bandwidth": _fig(2.5e12, "byte/s"),
+            "matmul_fp32": _fig(5.0e13, "FLOP/s"),
+            "matmul_bf16": _fig(5.0e14, "FLOP/s"),
+            "launch_eager": _fig(5e-6, "s"),
+        },
+        "skipped": {"matmul_fp8": "not supported"},
+        "roofline_check": {"dtype": "bf16", "kernels": [{
+            "kernel": "matmul 1024x1024x1024", "kind": "matmul", "dtype": "bf16",
+            "flops": {"value": 2147483648, "unit": "FLOP"}, "bytes": {"value": 6291456, "unit": "byte"},
+            "intensity": {"value": 2147483648 / 6291456, "unit": "FLOP/byte"}, "bound": "compute",
+            "predicted": {"value": 4.295e-6, "unit": "s"}, "measured": _timing(8.59e-6),
+            "overhead": {"value": 2e-6, "unit": "s"}, "predicted_with_overhead": {"value": 6.295e-6, "unit": "s"},
+            "ratio": 0.5, "ratio_with_overhead": 0.733, "launch_dominated": False}]},
+    }
+
+
+def test_device_slug():
+    assert ms.device_slug("NVIDIA H100 80GB HBM3") == "nvidia-h100-80gb-hbm3"
+    assert ms.device_slug("Intel(R) Xeon(R) CPU @ 2.20GHz") == "intel-xeon-cpu-2-20ghz"
+    assert ms.device_slug("AMD EPYC") == "amd-epyc"
+    for bad in ("", "  ", "()", None):
+        with pytest.raises(ValueError, match="device"):
+            ms.device_slug(bad)
+
+
+def test_good_file_validates_and_gives_quantities():
+    m = ms.Measurement(good())
+    assert m.name == "NVIDIA H100 80GB HBM3" and m.kind == "cuda" and m.day == "2026-11-21"
+    bw = m.figure("copy_bandwidth")
+    assert bw.to("TB/s").m == pytest.approx(2.0)
+    assert m.figure("launch_eager").to("us").m == pytest.approx(5.0)
+    assert m.matmul_dtypes() == ["fp32", "bf16"]
+    roof = m.roof("bf16")
+    assert roof.peak.to("TFLOP/s").m == pytest.approx(500)
+    # ridge point 5e14 / 2e12 = 250 FLOP/byte
+    assert roof.ridge_point.to("FLOP/byte").m == pytest.approx(250)
+    assert m.roof("bf16", "read_bandwidth").ridge_point.m == pytest.approx(200)  # 5e14 / 2.5e12
+    assert m.accelerator().name == "H100-SXM"
+    assert m.kernels()[0]["kernel"] == "matmul 1024x1024x1024"
+
+
+def test_missing_and_unknown_figures_raise_keyerror():
+    m = ms.Measurement(good())
+    with pytest.raises(KeyError, match="not supported"):
+        m.figure("matmul_fp8")
+    with pytest.raises(KeyError, match="known figures"):
+        m.figure("matmul_int4")
+    with pytest.raises(ValueError, match="copy_bandwidth"):
+        m.roof("bf16", "h2d_pinned")
+
+
+def _broken(edit) -> dict:
+    d = copy.deepcopy(good())
+    edit(d)
+    return d
+
+
+BAD = [
+    (lambda d: d.update(schema="mlsys-measurements/0"), r"schema: expected 'mlsys-measurements/1'"),
+    (lambda d: d["figures"].pop("copy_bandwidth"), r"missing required figure 'copy_bandwidth'"),
+    (lambda d: d["figures"]["copy_bandwidth"].update(unit="FLOP/s"),
+     r"figures\.copy_bandwidth\.unit: expected a unit of byte/s"),
+    (lambda d: d["figures"]["matmul_bf16"].update(unit="furlongs"), r"not a unit known"),
+    (lambda d: d["figures"]["matmul_bf16"].update(value=-1.0), r"matmul_bf16\.value: expected a positive"),
+    (lambda d: d["figures"]["matmul_bf16"].update(value="fast"), r"matmul_bf16\.value: expected a number"),
+    (lambda d: d["figures"]["copy_bandwidth"]["timing"].update(min=1.0), r"min <= median <= max"),
+    (lambda d: d["figures"]["copy_bandwidth"]["timing"].update(unit="ms"), r"seconds"),
+    (lambda d: d["figures"]["copy_bandwidth"].pop("method"), r"copy_bandwidth: missing field 'method'"),
+    (lambda d: d["figures"].update(matmul_int4=_fig(1.0, "FLOP/s")), r"unknown figure 'matmul_int4'"),
+    (lambda d: d["device"].update(slug="h100"), r"device\.slug: expected 'nvidia-h100-80gb-hbm3'"),
+    (lambda d: d["device"].update(kind="tpu"), r"device\.kind: expected 'cpu' or 'cuda'"),
+    (lambda d: d["device"].pop("sm_count"), r"device: missing field 'sm_count'"),
+    (lambda d: d["roofline_check"].update(dtype="fp8"), r"matmul_fp8, which is not among the figures"),
+    (lambda d: d["roofline_check"]["kernels"][0]["intensity"].update(value=1.0), r"intensity: expected flops / bytes"),
+    (lambda d: d["roofline_check"]["kernels"][0].update(launch_dominated="no"), r"launch_dominated: expected true or false"),
+    (lambda d: d["roofline_check"]["kernels"][0].update(bound="io"), r"bound: expected 'memory' or 'compute'"),
+    (lambda d: d["roofline_check"]["kernels"][0].pop("ratio"), r"kernels\[0\]: missing field 'ratio'"),
+    (lambda d: d.update(skipped=["x"]), r"skipped"),
+]
+
+
+@pytest.mark.parametrize("edit, message", BAD)
+def test_bad_files_fail_with_a_clear_message(edit, message):
+    with pytest.raises(ms.MeasurementError, match=message):
+        ms.validate(_broken(edit), "f.json")
+
+
+def test_error_names_the_source():
+    with pytest.raises(ms.MeasurementError, match=r"^f\.json: expected a JSON object"):
+        ms.validate([1, 2], "f.json")
+
+
+def test_load_from_path_and_bad_json(tmp_path):
+    p = tmp_path / "x.json"
+    p.write_text(json.dumps(good()))
+    m = ms.load(p)
+    assert m.figure("matmul_bf16") == Q_(5.0e14, "FLOP/s")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(ms.MeasurementError, match="not valid JSON"):
+        ms.load(bad)
+    with pytest.raises(FileNotFoundError, match="available"):
+        ms.load("no-such-device")
+
+
+def test_figure_units_are_the_documented_ones():
+    assert ms.FIGURES["copy_bandwidth"] == "byte/s"
+    assert ms.FIGURES["matmul_tf32"] == "FLOP/s"
+    assert ms.FIGURES["launch_graph"] == "s"
+    assert set(ms.REQUIRED_FIGURES) <= set(ms.FIGURES)
+
+
+@pytest.mark.parametrize("slug", ms.available())
+def test_committed_files_validate(slug):
+    m = ms.load(slug)
+    assert m.slug == slug, f"{slug}.json holds the measurements of {m.slug}"
+    assert m.figure("copy_bandwidth").to("byte/s").m > 0
