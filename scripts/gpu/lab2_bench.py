@@ -1,0 +1,276 @@
+#!/usr/bin/env python3
+"""Benchmark Lab 2's reference matmul kernels against torch.matmul (cuBLAS) and record the figures.
+
+The kernels are not copied here: they are the code cells of the instructor notebook
+``labs/source/lab2_tiled_matmul/lab2_tiled_matmul.ipynb`` tagged ``lab2-kernel`` (the operand
+check, the naive, tiled and grouped+autotuned kernels with their wrappers). They are written to a
+temporary module (Triton's JIT reads a kernel's source from its file) and imported.
+
+For each kernel and size (``m = n = k``, fp16 inputs, fp32 accumulation) the script times the
+wrapper with ``mlsys.bench.timing.time_fn`` (CUDA events, L2 flushed before each timed call,
+median of the repeats), converts to TFLOP/s with ``mlsys.roofline.matmul_flops`` (``2 m n k``),
+times ``torch.matmul`` on the same inputs in the same run, checks every result against
+``torch.matmul`` after timing, and writes ``$OUT/lab2_h100.json`` with the device, date and
+library versions (``mlsys.bench.provenance``), the autotuners' choices per size, and a headline:
+the share of cuBLAS reached at the largest size by the faster of the notebook's two reference kernels
+(``matmul``, grouped+autotuned, the graded exercise; ``matmul_tma``, persistent with TMA, the
+ungraded "going further" cell). A kernel that fails on this GPU is recorded under ``failures``.
+
+Usage (repository root):
+    OUT=/tmp/out python3 scripts/gpu/lab2_bench.py            # on a CUDA GPU, ~1-2 minutes on an H100
+    OUT=/tmp/out python3 scripts/gpu/lab2_bench.py --tiny     # CPU smoke test under the Triton interpreter
+Needs torch, triton, numpy and pint (mlsys imports pint).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+NOTEBOOK = REPO / "labs" / "source" / "lab2_tiled_matmul" / "lab2_tiled_matmul.ipynb"
+KERNEL_TAG = "lab2-kernel"
+
+# sizes (m = n = k) per kernel; the naive kernel is slow, so it stops early
+GPU_SIZES = {
+    "naive": [256, 512, 1024, 2048],
+    "tiled 64x64": [1024, 2048, 4096, 8192],
+    "tiled 128x128": [1024, 2048, 4096, 8192],
+    "grouped+autotuned": [1024, 2048, 4096, 8192],
+    "persistent+TMA": [1024, 2048, 4096, 8192],
+}
+TINY_SIZES = {"naive": [8, 12], "tiled 64x64": [32, 48], "tiled 128x128": [32], "grouped+autotuned": [32, 48],
+              "persistent+TMA": [32, 48]}
+# odd, degenerate, uneven (one compile each), and rows aligned to 16 bytes (the TMA kernel's own path)
+CHECK_SHAPES = [(65, 127, 33), (1, 1, 1), (130, 20, 50), (72, 136, 40)]
+TINY_CHECK_SHAPES = [(9, 13, 33), (1, 1, 1)]  # the interpreter runs ~5 ms per program: keep the grids small
+REFERENCES = ("grouped+autotuned", "persistent+TMA")  # the headline is the faster of these at the largest size
+AUTOTUNERS = {"grouped+autotuned": "matmul_kernel", "persistent+TMA": "matmul_tma_kernel"}
+
+
+def kernel_sources(notebook: Path = NOTEBOOK, tag: str = KERNEL_TAG) -> list[tuple[str, str]]:
+    """(grade_id, source) of the notebook's code cells tagged ``tag``, in notebook order."""
+    if not notebook.is_file():
+        raise FileNotFoundError(f"expected the Lab 2 instructor notebook at {notebook}")
+    nb = json.loads(notebook.read_text(encoding="utf-8"))
+    cells = []
+    for cell in nb.get("cells", []):
+        meta = cell.get("metadata", {})
+        if cell.get("cell_type") == "code" and tag in meta.get("tags", []):
+            src = cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
+            cells.append((meta.get("nbgrader", {}).get("grade_id", "?"), src))
+    if not cells:
+        raise ValueError(f"no code cell tagged {tag!r} in {notebook}: expected the kernel cells of Lab 2")
+    return cells
+
+
+def load_kernels(device: str, workdir: Path, notebook: Path = NOTEBOOK) -> Any:
+    """Write the tagged cells to ``workdir/lab2_kernels.py`` and import it as a module.
+
+    The module starts with the names the notebook's setup cell provides to them: ``torch``,
+    ``triton``, ``tl`` and ``device`` (``"cuda"`` or ``"cpu"``).
+    """
+    parts = ["import torch", "import triton", "import triton.language as tl", f"device = {device!r}", ""]
+    for grade_id, src in kernel_sources(notebook):
+        parts += [f"# ---- notebook cell {grade_id} ----", src, ""]
+    path = workdir / "lab2_kernels.py"
+    path.write_text("\n".join(parts), encoding="utf-8")
+    spec = importlib.util.spec_from_file_location("lab2_kernels", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["lab2_kernels"] = module
+    spec.loader.exec_module(module)
+    for name in ("naive_matmul", "tiled_matmul", "matmul", "matmul_kernel", "matmul_tma", "matmul_tma_kernel"):
+        if not hasattr(module, name):
+            raise AttributeError(f"the notebook's kernel cells should define {name!r}; they do not")
+    return module
+
+
+def kernels_of(mod: Any) -> dict[str, Any]:
+    """The wrappers to benchmark, by the names used in the notebook's benchmark cell."""
+    return {
+        "naive": mod.naive_matmul,
+        "tiled 64x64": lambda a, b: mod.tiled_matmul(a, b, 64, 64, 32, num_warps=4),
+        "tiled 128x128": lambda a, b: mod.tiled_matmul(a, b, 128, 128, 64, num_warps=8),
+        "grouped+autotuned": mod.matmul,
+        "persistent+TMA": mod.matmul_tma,
+    }
+
+
+def max_error(actual: Any, expected: Any) -> tuple[float, bool]:
+    """Largest |actual - expected| and whether every element is within 2e-2 + 1e-2 |expected|.
+
+    The tolerance is the notebook's (fp16 keeps ~3 significant digits; fp32 inputs may use TF32).
+    """
+    import torch
+
+    diff = (actual.float() - expected.float()).abs()
+    ok = bool(torch.isfinite(actual.float()).all()) and bool((diff <= 2e-2 + 1e-2 * expected.float().abs()).all())
+    return float(diff.max()), ok
+
+
+def correctness(kernels: dict[str, Any], dev: str, shapes: list[tuple[int, int, int]]) -> list[dict[str, Any]]:
+    """Every kernel on odd and uneven ``shapes``, fp16 and fp32, against torch.matmul in fp32."""
+    import torch
+
+    rows = []
+    for name, fn in kernels.items():
+        for m, n, k in shapes:
+            for dtype in (torch.float16, torch.float32):
+                g = torch.Generator().manual_seed(m * 7 + n * 13 + k)
+                a = torch.randn(m, k, generator=g).to(dtype).to(dev)
+                b = torch.randn(k, n, generator=g).to(dtype).to(dev)
+                row = {"kernel": name, "shape": [m, n, k], "dtype": str(dtype).replace("torch.", "")}
+                try:
+                    err, ok = max_error(fn(a, b), torch.matmul(a.float(), b.float()).to(dtype))
+                    row.update(max_abs_error=err, ok=ok)
+                except Exception as exc:  # a kernel that does not compile here: record it, go on
+                    err, ok = float("nan"), False
+                    row.update(ok=False, error=f"{type(exc).__name__}: {exc}"[:2000])
+                rows.append(row)
+                if not ok:
+                    print(f"WRONG: {name} {m}x{n}x{k} {dtype}: max abs error {err:.3g}", flush=True)
+    return rows
+
+
+def config_of(autotuner: Any) -> dict[str, Any] | None:
+    """The configuration the autotuner chose at its last call (block sizes, warps, stages)."""
+    cfg = getattr(autotuner, "best_config", None)
+    if cfg is None:
+        return None
+    return {**cfg.kwargs, "num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
+
+
+def benchmark(kernels: dict[str, Any], mod: Any, sizes: dict[str, list[int]], dev: str,
+              repeats: int, warmup: int) -> dict[str, Any]:
+    """Median time and TFLOP/s of each kernel and of torch.matmul at each size, plus checks."""
+    import torch
+
+    from mlsys import Q_
+    from mlsys.bench.timing import time_fn
+    from mlsys.roofline import matmul_flops
+
+    def tflops(size: int, seconds: float) -> float:
+        """``2 m n k / seconds`` in TFLOP/s."""
+        return (matmul_flops(size, size, size) / Q_(seconds, "s")).to("TFLOP/s").magnitude
+
+    out: dict[str, Any] = {"median_s": {}, "tflops": {}, "ratio_to_cublas": {}, "checks": [], "autotune": {},
+                           "method": None, "failures": []}
+    cublas: dict[int, float] = {}
+    all_sizes = sorted({s for v in sizes.values() for s in v})
+    for size in all_sizes:
+        g = torch.Generator().manual_seed(size)
+        a = torch.randn(size, size, generator=g).to(torch.float16).to(dev)
+        b = torch.randn(size, size, generator=g).to(torch.float16).to(dev)
+        t_ref = time_fn(lambda a=a, b=b: torch.matmul(a, b), dev, what=f"torch.matmul {size}^3",
+                        repeats=repeats, warmup=warmup)
+        cublas[size] = t_ref.median
+        out["method"] = {k: v for k, v in t_ref.to_json().items() if k in ("method", "flush", "repeats", "warmup")}
+        out["median_s"].setdefault("torch.matmul", {})[str(size)] = t_ref.median
+        out["tflops"].setdefault("torch.matmul", {})[str(size)] = tflops(size, t_ref.median)
+        print(f"{'torch.matmul':>18} {size:>5}^3: {t_ref.median * 1e3:9.3f} ms {tflops(size, t_ref.median):9.2f} TFLOP/s",
+              flush=True)
+        expected = torch.matmul(a, b)
+        for name, fn in kernels.items():
+            if size not in sizes.get(name, []):
+                continue
+            reps = max(3, repeats // 4) if name == "naive" else repeats
+            t0 = time.perf_counter()
+            try:
+                t = time_fn(lambda fn=fn, a=a, b=b: fn(a, b), dev, what=f"{name} {size}^3", repeats=reps,
+                            warmup=warmup)
+                err, ok = max_error(fn(a, b), expected)  # after timing
+            except Exception as exc:  # e.g. a compiler that rejects the TMA kernel: record it, go on
+                out["failures"].append({"kernel": name, "size": size, "error": f"{type(exc).__name__}: {exc}"[:2000]})
+                print(f"FAILED: {name} {size}^3: {type(exc).__name__}: {str(exc)[:500]}", flush=True)
+                continue
+            out["median_s"].setdefault(name, {})[str(size)] = t.median
+            out["tflops"].setdefault(name, {})[str(size)] = tflops(size, t.median)
+            out["ratio_to_cublas"].setdefault(name, {})[str(size)] = cublas[size] / t.median
+            out["checks"].append({"kernel": name, "size": size, "max_abs_error_vs_torch": err, "ok": ok})
+            if name in AUTOTUNERS:
+                out["autotune"].setdefault(name, {})[str(size)] = config_of(getattr(mod, AUTOTUNERS[name]))
+            print(f"{name:>18} {size:>5}^3: {t.median * 1e3:9.3f} ms {tflops(size, t.median):9.2f} TFLOP/s "
+                  f"{100 * cublas[size] / t.median:6.1f}% of cuBLAS  (ok={ok}, {time.perf_counter() - t0:.1f} s)",
+                  flush=True)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--tiny", action="store_true", help="tiny sizes under the Triton interpreter (CPU smoke test)")
+    parser.add_argument("--out-name", default=None, help="file name under $OUT (default lab2_h100.json, "
+                                                         "lab2_tiny.json with --tiny)")
+    args = parser.parse_args(argv)
+    out_dir = Path(os.environ.get("OUT", "."))
+    out_dir.mkdir(parents=True, exist_ok=True)
+
+    if args.tiny:
+        os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported
+    import mlsys
+
+    dev = mlsys.device.setup()
+    if not args.tiny and dev != "cuda":
+        print("no CUDA GPU here: run with --tiny for a CPU smoke test", file=sys.stderr)
+        return 2
+    dev = "cpu" if args.tiny else "cuda"
+    from mlsys.bench.provenance import provenance
+
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        mod = load_kernels(dev, Path(tmp))
+        kernels = kernels_of(mod)
+        checks = correctness(kernels, dev, TINY_CHECK_SHAPES if args.tiny else CHECK_SHAPES)
+        print(f"correctness on odd shapes: {sum(r['ok'] for r in checks)}/{len(checks)} ok", flush=True)
+        result = benchmark(kernels, mod, TINY_SIZES if args.tiny else GPU_SIZES, dev,
+                           repeats=3 if args.tiny else 20, warmup=1 if args.tiny else 3)
+
+    head_size = max(int(s) for s in result["tflops"]["grouped+autotuned"])
+    measured = [k for k in REFERENCES if str(head_size) in result["tflops"].get(k, {})]
+    best = max(measured, key=lambda k: result["tflops"][k][str(head_size)])
+    record = {
+        **provenance(dev),
+        "schema": "lab2-tiled-matmul/1",  # not a device file of the mlsys-measurements/1 schema
+        "what": "Lab 2 reference kernels (naive, tiled, grouped+autotuned) vs torch.matmul; m = n = k; "
+                "fp16 inputs, fp32 accumulation, fp16 output",
+        "source": "labs/source/lab2_tiled_matmul/lab2_tiled_matmul.ipynb (cells tagged lab2-kernel)",
+        "script": "scripts/gpu/lab2_bench.py" + (" --tiny" if args.tiny else ""),
+        "flops_formula": "2 m n k (mlsys.roofline.matmul_flops); TFLOP/s = 2 m n k / median time / 1e12",
+        "method": result["method"],
+        "headline": {
+            "kernel": best,
+            "size": head_size,
+            "tflops": result["tflops"][best][str(head_size)],
+            "cublas_tflops": result["tflops"]["torch.matmul"][str(head_size)],
+            "ratio": result["ratio_to_cublas"][best][str(head_size)],
+        },
+        "tflops": result["tflops"],
+        "median_s": result["median_s"],
+        "ratio_to_cublas": result["ratio_to_cublas"],
+        "autotune": result["autotune"],
+        "failures": result["failures"],
+        "checks_after_timing": result["checks"],
+        "correctness_odd_shapes": checks,
+        "all_correct": all(r["ok"] for r in checks) and all(r["ok"] for r in result["checks"])
+        and not result["failures"],
+        "elapsed_s": round(time.perf_counter() - start, 1),
+    }
+    name = args.out_name or ("lab2_tiny.json" if args.tiny else "lab2_h100.json")
+    path = out_dir / name
+    path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    h = record["headline"]
+    print(f"headline: {h['kernel']} at {h['size']}^3 fp16: {h['tflops']:.1f} TFLOP/s = {100 * h['ratio']:.1f}% of "
+          f"cuBLAS ({h['cublas_tflops']:.1f} TFLOP/s); all correct: {record['all_correct']}; "
+          f"{record['elapsed_s']} s; wrote {path}")
+    return 0 if record["all_correct"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
