@@ -34,7 +34,7 @@ echo "both runs took $(( $(date +%s) - start )) s"
 python3 - "$OUT" <<'PY'
 import json, pathlib, sys
 out = pathlib.Path(sys.argv[1])
-first = sorted(out.glob("*.json"))[0]
+first = next(p for p in sorted(out.glob("*.json")) if (out / "run2" / p.name).is_file())
 a, b = json.loads(first.read_text()), json.loads((out / "run2" / first.name).read_text())
 print(f"run-to-run: {first.name}")
 for name, fig in a["figures"].items():
