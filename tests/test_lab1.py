@@ -1,0 +1,113 @@
+"""Lab 1 (roofline analysis): its checks pass the instructor's answers and catch the usual mistakes.
+
+The notebook's code cells run here in one namespace, in order (as a kernel would), with chosen
+solution cells replaced by a learner's wrong answer; the visible self-checks or the hidden tests
+must then raise :class:`mlsys.grading.GradingError` with a message that names the mistake.
+"""
+
+from __future__ import annotations
+
+import json
+import linecache
+from pathlib import Path
+
+import pytest
+
+from mlsys.grading import GradingError
+
+NB = Path(__file__).resolve().parent.parent / "labs" / "source" / "lab1_roofline" / "lab1_roofline.ipynb"
+pytestmark = pytest.mark.skipif(not NB.is_file(), reason="lab 1 not written yet")
+
+def _cells() -> dict[str, str]:
+    cells = json.loads(NB.read_text(encoding="utf-8"))["cells"]
+    out = {}
+    for c in cells:
+        if c["cell_type"] == "code":
+            src = c["source"] if isinstance(c["source"], str) else "".join(c["source"])
+            out[c["metadata"]["nbgrader"]["grade_id"]] = src
+    return out
+
+
+def run(upto: str, replace: dict[str, str] | None = None, skip: tuple[str, ...] = ()) -> dict:
+    """Exec the notebook's code cells up to and including ``upto``; ``replace`` swaps solution bodies."""
+    ns: dict = {"__name__": "__main__"}
+    for gid, src in _cells().items():
+        if gid in skip:
+            continue
+        if replace and gid in replace:
+            src = replace[gid]
+        filename = f"<lab1 cell {gid}>"
+        linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)  # so inspect finds it
+        exec(compile(src, filename, "exec"), ns)
+        if gid == upto:
+            return ns
+    raise KeyError(upto)
+
+
+def counts_with(**bodies: str) -> str:
+    """The counts cell with some functions' bodies replaced (keys: function names)."""
+    src = _cells()["counts"]
+    for name, body in bodies.items():
+        start = src.index(f"def {name}(")
+        begin = src.rindex("\n", 0, src.index("### BEGIN SOLUTION", start)) + 1
+        end = src.index("### END SOLUTION\n", begin) + len("### END SOLUTION\n")
+        src = src[:begin] + body + src[end:]
+    return src
+
+
+def test_instructor_answers_pass_every_check_of_parts_1_and_2():
+    ns = run("test_classify")
+    f, b = ns["matmul_counts"](4096, 4096, 4096, "bf16")
+    # hand check: 2 * 4096^3 = 137_438_953_472 FLOP; 3 * 4096^2 * 2 byte = 100_663_296 byte
+    assert f.to("FLOP").m == 137_438_953_472 and b.to("byte").m == 100_663_296
+
+
+@pytest.mark.parametrize(
+    ("mistake", "body", "message"),
+    [
+        ("MACs instead of FLOPs", "    return Q_(m * n * k, 'FLOP'), Q_((m * k + k * n + m * n) * 4, 'byte')\n",
+         "count FLOPs, not MACs"),
+        ("output not written", "    return Q_(2 * m * n * k, 'FLOP'), (m * k + k * n) * itemsize(dtype)\n",
+         "forget the output"),
+        ("bits for bytes", "    return Q_(2 * m * n * k, 'FLOP'), Q_((m * k + k * n + m * n) * 32, 'byte')\n",
+         "bits, not bytes"),
+        ("swapped return", "    return (m * k + k * n + m * n) * itemsize(dtype), Q_(2 * m * n * k, 'FLOP')\n",
+         "in that order"),
+    ],
+)
+def test_self_checks_name_the_common_mistakes(mistake, body, message):
+    with pytest.raises(GradingError, match=message):
+        run("check_counts", {"counts": counts_with(matmul_counts=body)})
+
+
+def test_calling_the_library_instead_of_deriving_is_caught():
+    body = ("    from mlsys.roofline import matmul_bytes, matmul_flops\n"
+            "    return matmul_flops(m, n, k), matmul_bytes(m, n, k, dtype)\n")
+    with pytest.raises(GradingError, match="mlsys.roofline"):
+        run("test_matmul_counts", {"counts": counts_with(matmul_counts=body)})
+
+
+def test_hidden_tests_catch_a_wrong_layernorm_traffic():
+    # forgetting weight and bias: only 2 * numel elements, visible checks still pass
+    body = "    return Q_(8 * rows * hidden, 'FLOP'), (2 * rows * hidden * itemsize(dtype)).to('byte')\n"
+    ns = run("test_add_sum_counts", {"counts": counts_with(layernorm_counts=body)})
+    assert ns["layernorm_counts"](1, 1, "fp32")[1].to("byte").m == 8
+    with pytest.raises(GradingError, match="bytes of LayerNorm"):
+        run("test_norm_softmax_counts", {"counts": counts_with(layernorm_counts=body)})
+
+
+def test_reversed_classification_is_caught():
+    src = _cells()["classify"].replace('"memory" if intensity_value < ridge else "compute"',
+                                       '"compute" if intensity_value < ridge else "memory"')
+    with pytest.raises(AssertionError, match="expected 'memory'"):
+        run("test_classify", {"classify": src}, skip=("classify_table",))
+
+
+@pytest.mark.slow
+def test_measured_part_runs_on_a_cpu_and_catches_a_milliseconds_slip():
+    ns = run("perf_add_bandwidth", skip=("plot",))
+    assert {p.label for p in ns["points"]} == {"add", "sum", "layernorm", "softmax", "matmul"}
+    slip = _cells()["time_ops"].replace('Q_(t.median, "s")', 'Q_(t.median * 1e-3, "s")')
+    assert slip != _cells()["time_ops"]
+    with pytest.raises(GradingError, match="far above your roof"):
+        run("test_points", {"time_ops": slip}, skip=("plot",))

@@ -1,0 +1,282 @@
+"""The labs pipeline: releases are fresh and leak nothing; grading survives hostile submissions.
+
+Parametrised over every lab found in labs/source (labs still being written are picked up when
+their instructor notebook exists). Slow tests run nbgrader for real; they are marked ``slow``
+and run in ``make test``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mlsys import teach
+
+REPO = Path(__file__).resolve().parent.parent
+LABS = REPO / "labs"
+CORPUS = Path(__file__).resolve().parent / "bad_submissions"
+LAB_NAMES = teach.lab_names(LABS)
+COLAB = "https://colab.research.google.com/github/gpus-for-ml/gpus-for-ml/blob/main/labs/release/{lab}/{lab}.ipynb"
+
+pytestmark = pytest.mark.skipif(not LAB_NAMES, reason="no lab in labs/source yet")
+
+
+def _nb(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _src(cell: dict) -> str:
+    s = cell.get("source", "")
+    return "".join(s) if isinstance(s, list) else s
+
+
+def _course(tmp: Path, source: Path, labs: list[str]) -> Path:
+    """A scratch nbgrader course root holding the real config and the given labs' sources."""
+    root = tmp / "course"
+    (root / "source").mkdir(parents=True)
+    shutil.copy2(LABS / "nbgrader_config.py", root / "nbgrader_config.py")
+    for lab in labs:
+        shutil.copytree(source / lab, root / "source" / lab)
+    return root
+
+
+def _tiny_course(tmp: Path) -> Path:
+    """A course with the corpus' tiny lab (stored as .nb.json so linters skip the corpus)."""
+    root = _course(tmp, LABS / "source", [])
+    (root / "source" / "lab0_tiny").mkdir()
+    shutil.copy2(CORPUS / "source" / "lab0_tiny" / "lab0_tiny.nb.json", root / "source" / "lab0_tiny" / "lab0_tiny.ipynb")
+    return root
+
+
+def _release(lab: str) -> Path:
+    """The committed release of ``lab``; skips (test_committed_releases_... fails instead) if missing."""
+    path = LABS / "release" / lab / f"{lab}.ipynb"
+    if not path.is_file():
+        pytest.skip(f"{path} is missing: run `make release` (test_committed_releases_are_what_make_release_generates fails)")
+    return path
+
+
+RELEASED = [lab for lab in LAB_NAMES if (LABS / "release" / lab / f"{lab}.ipynb").is_file()]
+
+
+def _submit(root: Path, student: str, lab: str, notebook: Path) -> Path:
+    dest = root / "submitted" / student / lab / f"{lab}.ipynb"
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(notebook, dest)
+    return dest
+
+
+# ------------------------------------------------------------------ what learners get
+
+
+def _leaks(source: dict, release: dict) -> list[str]:
+    """Lines of solution or hidden-test regions of ``source`` that appear as whole lines in ``release``.
+
+    Lines that also occur outside every region of the source (e.g. `return out`), short lines and
+    comments are not counted as secret.
+    """
+    region = re.compile(r"### BEGIN (SOLUTION|HIDDEN TESTS)(.*?)### END \1", re.S)
+    public, secret = set(), set()
+    for cell in source["cells"]:
+        text = _src(cell)
+        public.update(ln.strip() for ln in region.sub("", text).splitlines())
+        secret.update(ln.strip() for m in region.finditer(text) for ln in m.group(2).splitlines())
+    secret = {ln for ln in secret - public if len(ln) > 12 and not ln.startswith("#")}
+    assert secret, "expected the instructor notebook to contain solutions"
+    release_lines = {ln.strip() for c in release["cells"] for ln in _src(c).splitlines()}
+    release_lines |= {ln.strip() for c in release["cells"] for o in c.get("outputs", [])
+                      for ln in "".join(o.get("text", "")).splitlines()}
+    return sorted(secret & release_lines)
+
+
+def test_leak_check_finds_a_leaked_solution_line():
+    source = {"cells": [{"cell_type": "code", "source": "def f(x):\n    ### BEGIN SOLUTION\n"
+                         "    return secret_formula(x) * 2\n    ### END SOLUTION\n"}]}
+    release = {"cells": [{"cell_type": "code", "source": "def f(x):\n    return secret_formula(x) * 2\n"}]}
+    assert _leaks(source, release) == ["return secret_formula(x) * 2"]
+    release["cells"][0]["source"] = "def f(x):\n    raise NotImplementedError()\n"
+    assert _leaks(source, release) == []
+
+
+@pytest.mark.parametrize("lab", LAB_NAMES)
+def test_release_leaks_no_solution_and_no_hidden_test(lab):
+    """Every line inside a solution or hidden-test region is absent from the release."""
+    release_path = _release(lab)
+    leaked = _leaks(_nb(LABS / "source" / lab / f"{lab}.ipynb"), _nb(release_path))
+    assert not leaked, f"solution or hidden-test lines found in {release_path}: {leaked[:5]}"
+    for marker in ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS"):
+        assert marker not in release_path.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("lab", LAB_NAMES)
+def test_release_cells_that_raise_are_tagged_and_say_what_to_do(lab):
+    release = _nb(_release(lab))
+    stubs = [c for c in release["cells"] if c["cell_type"] == "code" and "raise NotImplementedError" in _src(c)]
+    assert stubs, "expected at least one unanswered solution cell"
+    for cell in stubs:
+        assert "YOUR CODE HERE" in _src(cell)
+        # a stub at the top level raises when the cell runs (a stub inside a def raises only when called)
+        if re.search(r"^raise NotImplementedError", _src(cell), re.M):
+            assert "raises-exception" in cell["metadata"].get("tags", []), (
+                f"cell {cell.get('id')} raises when run but is not tagged raises-exception")
+
+
+@pytest.mark.parametrize("lab", LAB_NAMES)
+def test_top_cell_opens_the_release_in_colab_and_first_code_cell_installs(lab):
+    for kind, path in (("source", LABS / "source" / lab / f"{lab}.ipynb"), ("release", _release(lab))):
+        cells = _nb(path)["cells"]
+        assert cells[0]["cell_type"] == "markdown" and COLAB.format(lab=lab) in _src(cells[0]), (
+            f"{kind}/{lab}: expected an 'Open in Colab' link to {COLAB.format(lab=lab)} in the first cell")
+        first_code = next(c for c in cells if c["cell_type"] == "code")
+        code = _src(first_code)
+        assert "google.colab" in code and "pip" in code and "mlsys.device.setup()" in code, (
+            f"{kind}/{lab}: the first code cell must install the course package in Colab and call mlsys.device.setup()")
+
+
+@pytest.mark.parametrize("lab", LAB_NAMES)
+def test_grade_ids_follow_the_convention(lab):
+    cells = _nb(LABS / "source" / lab / f"{lab}.ipynb")["cells"]
+    graded = [c["metadata"]["nbgrader"] for c in cells if c["metadata"].get("nbgrader", {}).get("grade")]
+    auto = [m for m in graded if not m.get("solution")]
+    assert auto, "expected autograded test cells"
+    for m in auto:
+        assert m["grade_id"].startswith(("test_", "perf_")), f"grade id {m['grade_id']!r}: expected test_* or perf_*"
+        assert m["points"] > 0
+
+
+@pytest.mark.slow
+def test_committed_releases_are_what_make_release_generates():
+    problems = teach.check_release(root=LABS)
+    assert not problems, "\n".join(problems) + "\nrun `make release`"
+
+
+# ------------------------------------------------------------------ grading real labs
+
+
+@pytest.mark.slow
+def test_instructor_version_gets_full_marks_and_untouched_release_zero(tmp_path):
+    if not RELEASED:
+        pytest.skip("no lab has a release yet")
+    root = _course(tmp_path, LABS / "source", RELEASED)
+    for lab in RELEASED:
+        _submit(root, "instructor", lab, LABS / "source" / lab / f"{lab}.ipynb")
+        _submit(root, "untouched", lab, LABS / "release" / lab / f"{lab}.ipynb")
+    rows = {(r.student, r.lab): r for r in teach.grade(root, timeout=900, feedback=False, verbose=False, jobs=2)}
+    for lab in RELEASED:
+        good, blank = rows["instructor", lab], rows["untouched", lab]
+        assert good.status == "ok" and blank.status == "ok", (good.reason, blank.reason)
+        assert good.correctness_max > 0
+        assert good.correctness_score == good.correctness_max, f"{lab}: instructor got {good}"
+        assert blank.correctness_score == 0, f"{lab}: untouched release got {blank}"
+        if good.performance != "none":  # no GPU here: reported as not graded, never as a failure
+            assert good.performance == "not graded (no GPU)"
+    with open(root / "grades.csv", newline="") as fh:
+        assert len(list(csv.DictReader(fh))) == 2 * len(RELEASED)
+
+
+@pytest.mark.slow
+def test_nbval_lax_passes_over_instructor_and_release_notebooks():
+    """The teacher's CI command: pytest --nbval-lax labs/source labs/release."""
+    notebooks = [str(LABS / "source" / lab / f"{lab}.ipynb") for lab in LAB_NAMES]
+    notebooks += [str(LABS / "release" / lab / f"{lab}.ipynb") for lab in RELEASED]
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "--nbval-lax", "--nbval-current-env", "--nbval-cell-timeout=600",
+         "-p", "no:cacheprovider", "-q", *notebooks],
+        cwd=REPO, capture_output=True, text=True, timeout=1200,
+    )
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
+
+
+# ------------------------------------------------------------------ the bad-submission corpus
+
+
+@pytest.mark.slow
+def test_bad_submission_corpus(tmp_path):
+    """Each hostile submission gets its expected row; the good one beside them gets full marks."""
+    expected = json.loads((CORPUS / "expected.json").read_text())
+    root = _tiny_course(tmp_path)
+    hashes = {}
+    for name in expected:
+        path = _submit(root, name, "lab0_tiny", CORPUS / f"{name}.nb.json")
+        hashes[path] = path.read_bytes()
+    rows = teach.grade(root, timeout=60, cell_timeout=6, feedback=False, verbose=False, jobs=2)
+    got = {r.student: r for r in rows}
+    assert sorted(got) == sorted(expected)
+    for name, want in expected.items():
+        row = got[name]
+        assert row.status == want["status"], f"{name}: {row}"
+        if "correctness_score" in want:
+            assert row.correctness_score == want["correctness_score"], f"{name}: {row}"
+        if "reason" in want:
+            assert want["reason"] in row.reason, f"{name}: expected a reason mentioning {want['reason']!r}, got {row}"
+        if "performance" in want:
+            assert row.performance == want["performance"]
+        assert row.correctness_max == 3 and row.performance_max == 1
+    for path, data in hashes.items():  # nothing handed in was changed
+        assert path.read_bytes() == data
+    # the enormous output was cut down in what is handed back
+    big = root / "autograded" / "enormous_output" / "lab0_tiny" / "lab0_tiny.ipynb"
+    assert big.stat().st_size < 500_000
+    with open(root / "grades.csv", newline="") as fh:
+        report = {r["student"]: r for r in csv.DictReader(fh)}
+    assert report["good"]["performance"] == "not graded (no GPU)" and report["good"]["performance_score"] == ""
+    assert report["malformed_json"]["status"] == "failed" and "malformed" in report["malformed_json"]["reason"]
+
+
+@pytest.mark.slow
+def test_grade_cli_writes_feedback_and_reports_unknown_labs(tmp_path):
+    root = _tiny_course(tmp_path)
+    _submit(root, "ann", "lab0_tiny", CORPUS / "good.nb.json")
+    _submit(root, "ben", "lab9_missing", CORPUS / "good.nb.json")
+    rows = teach.grade(root, timeout=120, verbose=False)
+    got = {r.student: r for r in rows}
+    assert got["ann"].status == "ok" and got["ann"].correctness_score == 3
+    assert (root / "feedback" / "ann" / "lab0_tiny" / "lab0_tiny.html").is_file()
+    assert got["ben"].status == "failed" and "unknown lab" in got["ben"].reason
+
+
+def test_corpus_untouched_is_the_tiny_labs_release(tmp_path):
+    """The corpus' untouched submission is exactly what `make release` makes of the tiny lab."""
+    root = _tiny_course(tmp_path)
+    teach.release(root=root)
+    assert (root / "release" / "lab0_tiny" / "lab0_tiny.ipynb").read_bytes() == (CORPUS / "untouched.nb.json").read_bytes()
+
+
+@pytest.mark.slow
+def test_whole_submission_time_limit_kills_the_kernel(tmp_path, monkeypatch):
+    """Many cells, each under the per-cell limit, together over the per-submission limit: stopped, kernel gone."""
+    import time
+
+    nb = _nb(CORPUS / "good.nb.json")
+    pidfile = tmp_path / "kernel.pid"
+    monkeypatch.setenv("MLSYS_TEST_PIDFILE", str(pidfile))
+    stall = {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [],
+             "source": "import os, time\nopen(os.environ['MLSYS_TEST_PIDFILE'], 'w').write(str(os.getpid()))\n"
+                       "time.sleep(4)\n"}
+    nb["cells"][2:2] = [dict(stall, id=f"stall-{i}") for i in range(30)]
+    root = _tiny_course(tmp_path)
+    dest = root / "submitted" / "slowpoke" / "lab0_tiny" / "lab0_tiny.ipynb"
+    dest.parent.mkdir(parents=True)
+    dest.write_text(json.dumps(nb))
+    [row] = teach.grade(root, timeout=20, cell_timeout=6, feedback=False, verbose=False)
+    assert row.status == "failed" and "time limit of 20 s" in row.reason, row
+    pid = int(pidfile.read_text())
+
+    def running() -> bool:  # a zombie waiting to be reaped is not running
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return False
+        return state not in ("Z", "X")
+
+    deadline = time.monotonic() + 10
+    while running() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not running(), f"the kernel (pid {pid}) of a stopped submission is still running"
