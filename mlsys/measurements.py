@@ -211,6 +211,15 @@ def _figure(name: str, obj: Any, where: str) -> None:
     _quantity(obj, where, FIGURES[name])
     _need(obj, "method", where, str)
     _timing(_need(obj, "timing", where, dict), f"{where}.timing")
+    if "datasheet" in obj:
+        ds = _need(obj, "datasheet", where, dict)
+        _need(ds, "accelerator", f"{where}.datasheet", str)
+        spec = _quantity(ds, f"{where}.datasheet", FIGURES[name])
+        frac = _number(_need(ds, "fraction", f"{where}.datasheet", (int, float)), f"{where}.datasheet.fraction")
+        measured = _quantity(obj, where, FIGURES[name])
+        if not math.isclose(frac, (measured / spec).to("").m, rel_tol=1e-6):
+            _fail(f"{where}.datasheet.fraction", f"expected measured / datasheet = {(measured / spec).to('').m:.6g}, "
+                  f"got {frac}")
 
 
 def _kernel(obj: Any, where: str) -> None:
@@ -364,6 +373,36 @@ class Measurement:
             except KeyError:
                 continue
         return None
+
+    def datasheet_figure(self, name: str) -> pint.Quantity | None:
+        """The datasheet figure a measured figure compares with (bandwidth or dense peak), or None."""
+        acc = self.accelerator()
+        if acc is None:
+            return None
+        if name in ("copy_bandwidth", "read_bandwidth"):
+            return acc.memory_bandwidth
+        if name.startswith("matmul_"):
+            try:
+                return acc.peak(name.removeprefix("matmul_"))
+            except ValueError:
+                return None
+        return None
+
+    def with_datasheet_fractions(self) -> dict[str, Any]:
+        """The data with each comparable figure annotated: ``datasheet = {accelerator, value, unit,
+        fraction}``, where ``fraction = measured / datasheet`` (e.g. copy bandwidth / HBM bandwidth)."""
+        data = dict(self.data)
+        figures = {}
+        for name, fig in data["figures"].items():
+            fig = dict(fig)
+            spec = self.datasheet_figure(name)
+            if spec is not None:
+                unit = FIGURES[name]
+                fig["datasheet"] = {"accelerator": self.accelerator().name, "value": spec.to(unit).m, "unit": unit,
+                                    "fraction": (self.figure(name) / spec).to("").m}
+            figures[name] = fig
+        data["figures"] = figures
+        return validate(data, "annotated measurements")
 
     def __repr__(self) -> str:
         return f"Measurement({self.slug!r}, {self.date!r})"

@@ -150,3 +150,27 @@ def test_committed_files_validate(slug):
     m = ms.load(slug)
     assert m.slug == slug, f"{slug}.json holds the measurements of {m.slug}"
     assert m.figure("copy_bandwidth").to("byte/s").m > 0
+
+
+def test_datasheet_fractions_worked_out_by_hand():
+    # the device name maps to the H100-SXM entry: 3.35 TB/s and a dense bf16 peak of 989.5 TFLOP/s
+    data = ms.Measurement(good()).with_datasheet_fractions()
+    copy = data["figures"]["copy_bandwidth"]["datasheet"]
+    assert copy["accelerator"] == "H100-SXM"
+    assert copy["fraction"] == pytest.approx(2.0e12 / 3.35e12)
+    assert data["figures"]["matmul_bf16"]["datasheet"]["fraction"] == pytest.approx(5.0e14 / 989.5e12)
+    assert "datasheet" not in data["figures"]["launch_eager"]  # no datasheet figure to compare with
+
+
+def test_a_wrong_datasheet_fraction_is_rejected():
+    data = ms.Measurement(good()).with_datasheet_fractions()
+    data["figures"]["copy_bandwidth"]["datasheet"]["fraction"] = 0.99
+    with pytest.raises(ms.MeasurementError, match="datasheet.fraction"):
+        ms.validate(data)
+
+
+def test_committed_h100_file_states_its_datasheet_fractions():
+    data = ms.load("nvidia-h100-80gb-hbm3").data
+    for name in ("copy_bandwidth", "matmul_bf16"):
+        ds = data["figures"][name]["datasheet"]
+        assert 0 < ds["fraction"] < 1, f"{name}: a measurement above the datasheet needs explaining"

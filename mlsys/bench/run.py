@@ -85,7 +85,7 @@ def measure(device: str, quick: bool = False, progress: bool = True) -> dict[str
     data["skipped"] = skipped
     data["run"] = {"quick": quick, "duration": {"value": round(time.perf_counter() - start, 1), "unit": "s"},
                    "command": "python -m mlsys measure" + (" --quick" if quick else "")}
-    return validate(data, "measured data")
+    return Measurement(validate(data, "measured data")).with_datasheet_fractions()
 
 
 def output_path(out: str | None, slug: str) -> Path:
@@ -111,13 +111,9 @@ def summary(m: Measurement) -> str:
         q = m.figure(name)
         unit = units[m.data["figures"][name]["unit"]]
         line = f"  {name:15s} {fmt(q, unit):>16s}"
-        if acc is not None and name.startswith("matmul_"):
-            try:
-                line += f"  ({q.to('FLOP/s').m / acc.peak(name[7:]).to('FLOP/s').m:.0%} of datasheet)"
-            except (KeyError, ValueError):
-                pass
-        if acc is not None and name in ("copy_bandwidth", "read_bandwidth"):
-            line += f"  ({q.to('byte/s').m / acc.memory_bandwidth.to('byte/s').m:.0%} of datasheet)"
+        spec = m.datasheet_figure(name)
+        if spec is not None:
+            line += f"  ({(q / spec).to('').m:.0%} of datasheet, {acc.name})"
         lines.append(line)
     for name, why in m.data.get("skipped", {}).items():
         lines.append(f"  {name:15s} skipped: {why}")
