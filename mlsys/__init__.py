@@ -16,7 +16,7 @@ __version__ = "0.1.0"
 
 _SUBMODULES = (
     "units", "numerics", "hardware", "roofline", "claims", "viz", "tiling", "fusion", "comm",
-    "overhead", "bench", "grading", "measurements", "cli", "device", "occupancy", "memory_access", "energy", "teach",
+    "overhead", "bench", "grading", "measurements", "cli", "device", "occupancy", "memory_access", "energy", "teach", "nbexec",
 )
 
 __all__ = ["ureg", "Q_", "__version__", *_SUBMODULES]

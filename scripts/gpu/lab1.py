@@ -14,22 +14,20 @@ Writes $OUT/lab1_roofline.json. Exit status 0 when every graded cell earned its 
 
 from __future__ import annotations
 
-import ast
-import contextlib
 import datetime as dt
-import io
 import json
-import linecache
 import os
 import platform
 import sys
 import time
-import traceback
 from pathlib import Path
 from unittest import mock
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
+
+from mlsys.nbexec import run_cells  # noqa: E402
+
 NOT_GRADED = "performance: not graded (no GPU)"
 
 
@@ -44,20 +42,6 @@ def _stub_matplotlib() -> bool:
         for name in ("matplotlib", "matplotlib.pyplot", "matplotlib.axes", "matplotlib.figure"):
             sys.modules[name] = mock.MagicMock(name=name)
         return True
-
-
-def _run_cell(src: str, filename: str, ns: dict) -> tuple[object, str]:
-    """Exec ``src`` in ``ns``; return (value of a trailing expression or None, captured stdout+stderr)."""
-    linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
-    tree = ast.parse(src, filename)
-    last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
-    buf = io.StringIO()
-    value = None
-    with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
-        exec(compile(tree, filename, "exec"), ns)
-        if last is not None:
-            value = eval(compile(ast.Expression(last.value), filename, "eval"), ns)
-    return value, buf.getvalue()
 
 
 def _versions() -> dict[str, object]:
@@ -90,47 +74,24 @@ def main(argv: list[str]) -> int:
     out_dir = Path(os.environ.get("OUT", "."))
     out_dir.mkdir(parents=True, exist_ok=True)
     stubbed = _stub_matplotlib()
-    nb = json.loads(nb_path.read_text(encoding="utf-8"))
     ns: dict = {"__name__": "__main__"}
-    cells, total, earned, perf_not_graded = [], 0.0, 0.0, False
+    total, earned, perf_not_graded = 0.0, 0.0, False
     t_start = time.perf_counter()
-    for i, cell in enumerate(nb["cells"]):
-        if cell["cell_type"] != "code":
+    cells = run_cells(nb_path, ns, skip=("plot",) if stubbed else ())
+    for rec in cells:
+        if not rec.pop("graded"):
             continue
-        src = cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
-        meta = cell.get("metadata", {}).get("nbgrader", {})
-        gid = meta.get("grade_id", f"cell-{i}")
-        rec: dict[str, object] = {"grade_id": gid}
-        if stubbed and gid == "plot":
-            rec["status"] = "skipped (no matplotlib)"
-            cells.append(rec)
-            continue
-        t0 = time.perf_counter()
-        try:
-            value, output = _run_cell(src, f"<{nb_path.stem} cell {gid}>", ns)
-            rec["status"] = "ok"
-        except BaseException as exc:  # a failing cell is recorded; later cells still run
-            value, output = None, ""
-            rec["status"] = "error"
-            rec["error"] = "".join(traceback.format_exception_only(type(exc), exc)).strip()[-2000:]
-        rec["seconds"] = round(time.perf_counter() - t0, 3)
-        rec["output"] = output[-4000:]
-        if meta.get("grade") and not meta.get("solution"):
-            points = float(meta.get("points", 0))
-            if rec["status"] != "ok":
-                score = 0.0
-            elif isinstance(value, (int, float)) and not isinstance(value, bool):
-                score = float(value)  # partial credit, as nbgrader reads a numeric result
-            else:
-                score = points
-            rec.update(points=points, score=score)
-            if gid.startswith("perf_") and NOT_GRADED in output:
-                rec["performance"] = "not graded (no GPU)"
-                perf_not_graded = True
-            else:
-                total += points
-                earned += score
-        cells.append(rec)
+        points = rec["points"]
+        if rec["status"] != "ok" or rec["stderr"]:  # nbgrader gives 0 to a cell that raised or wrote to stderr
+            rec["score"] = 0.0
+        else:
+            rec["score"] = float(rec.get("value", points))  # a numeric result is partial credit
+        if rec["grade_id"].startswith("perf_") and NOT_GRADED in rec["output"]:
+            rec["performance"] = "not graded (no GPU)"
+            perf_not_graded = True
+        else:
+            total += points
+            earned += rec["score"]
     summary: dict[str, object] = {"notebook": str(nb_path.relative_to(REPO)) if nb_path.is_relative_to(REPO) else str(nb_path)}
     roof = ns.get("my_roof")
     if roof is not None:
@@ -155,7 +116,8 @@ def main(argv: list[str]) -> int:
     print(json.dumps({k: result[k] for k in ("graded_points", "earned_points", "performance", "seconds")}))
     for c in cells:
         if "points" in c:
-            print(f"  {c['grade_id']:28s} {c['score']:g}/{c['points']:g} {c.get('performance', '')} {c.get('error', '')}")
+            print(f"  {c['grade_id']:28s} {c['score']:g}/{c['points']:g} {c.get('performance', '')} "
+                  f"{'' if c['status'] == 'ok' else c['status']}")
     return 0 if earned == total else 1
 
 

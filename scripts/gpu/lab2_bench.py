@@ -58,15 +58,11 @@ AUTOTUNERS = {"grouped+autotuned": "matmul_kernel", "persistent+TMA": "matmul_tm
 
 def kernel_sources(notebook: Path = NOTEBOOK, tag: str = KERNEL_TAG) -> list[tuple[str, str]]:
     """(grade_id, source) of the notebook's code cells tagged ``tag``, in notebook order."""
+    from mlsys.nbexec import code_cells
+
     if not notebook.is_file():
         raise FileNotFoundError(f"expected the Lab 2 instructor notebook at {notebook}")
-    nb = json.loads(notebook.read_text(encoding="utf-8"))
-    cells = []
-    for cell in nb.get("cells", []):
-        meta = cell.get("metadata", {})
-        if cell.get("cell_type") == "code" and tag in meta.get("tags", []):
-            src = cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
-            cells.append((meta.get("nbgrader", {}).get("grade_id", "?"), src))
+    cells = [(c.grade_id, c.source) for c in code_cells(notebook) if tag in c.tags]
     if not cells:
         raise ValueError(f"no code cell tagged {tag!r} in {notebook}: expected the kernel cells of Lab 2")
     return cells

@@ -46,73 +46,20 @@ RELU_CHAIN_ARITIES = [1, 1, 1]  # relu reads x; mul reads relu's result; add rea
 
 def load_kernels(notebook: Path = NOTEBOOK) -> dict[str, Any]:
     """Execute the notebook's kernel cells (by grade_id) in a fresh namespace and return it."""
-    nb = json.loads(notebook.read_text(encoding="utf-8"))
-    sources = {}
-    for cell in nb["cells"]:
-        gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
-        if cell["cell_type"] == "code" and gid in KERNEL_CELLS:
-            src = cell["source"]
-            sources[gid] = "".join(src) if isinstance(src, list) else src
-    missing = [g for g in KERNEL_CELLS if g not in sources]
-    if missing:
-        raise SystemExit(f"{notebook}: expected code cells with grade_id {missing}, found none")
-    # Triton's @jit reads the kernel's source with inspect, so each cell is compiled under a
-    # file name that linecache knows.
-    import linecache
+    from mlsys.nbexec import exec_cells
 
-    ns: dict[str, Any] = {"__name__": "lab3_fusion"}
-    for gid in KERNEL_CELLS:
-        filename = f"<lab3_fusion.ipynb:{gid}>"
-        linecache.cache[filename] = (len(sources[gid]), None, sources[gid].splitlines(True), filename)
-        exec(compile(sources[gid], filename, "exec"), ns)  # noqa: S102 -- the course's own notebook
-    return ns
+    try:
+        return exec_cells(notebook, list(KERNEL_CELLS), {"__name__": "lab3_fusion"})
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from None
 
 
 def run_notebook(notebook: Path = NOTEBOOK) -> list[dict[str, Any]]:
-    """Run every code cell of the notebook in order in one namespace, as nbgrader would.
+    """Run every code cell of the notebook in order in one namespace, as nbgrader would
+    (:func:`mlsys.nbexec.run_cells`: one record per cell with its status, output and value)."""
+    from mlsys.nbexec import run_cells
 
-    Returns one record per cell: grade_id, "ok" or the error, the printed output's tail, and for a
-    graded cell whose last line is an expression (the perf_ cells' ``grading.award``), its value.
-    """
-    import ast
-    import contextlib
-    import io
-    import linecache
-    import traceback
-
-    nb = json.loads(notebook.read_text(encoding="utf-8"))
-    ns: dict[str, Any] = {"__name__": "__main__"}
-    records = []
-    for i, cell in enumerate(nb["cells"]):
-        if cell["cell_type"] != "code":
-            continue
-        src = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
-        gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id", f"cell{i}")
-        filename = f"<lab3_fusion.ipynb:{gid}>"
-        linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
-        buf, err = io.StringIO(), io.StringIO()
-        rec: dict[str, Any] = {"cell": gid, "status": "ok"}
-        t0 = time.perf_counter()
-        try:
-            tree = ast.parse(src, filename)
-            last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
-            with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(err):
-                exec(compile(tree, filename, "exec"), ns)  # noqa: S102 -- the course's own notebook
-                if last is not None:
-                    value = eval(compile(ast.Expression(last.value), filename, "eval"), ns)  # noqa: S307
-                    if isinstance(value, (int, float)) and not isinstance(value, bool):
-                        rec["value"] = value
-        except BaseException as exc:  # a failing cell is a finding, not the end of the run
-            rec["status"] = f"{type(exc).__name__}: {exc}"[:2000]
-            rec["traceback"] = traceback.format_exc()[-3000:]
-        rec["seconds"] = round(time.perf_counter() - t0, 3)
-        rec["output"] = buf.getvalue()[-3000:]
-        rec["stderr"] = err.getvalue()[-3000:]  # nbgrader scores a graded cell that writes to stderr as 0
-        records.append(rec)
-        print(f"notebook cell {gid}: {rec['status'][:200]} ({rec['seconds']} s)"
-              + (" [wrote to stderr]" if rec["stderr"] else "")
-              + (f", value {rec['value']}" if "value" in rec else ""), flush=True)
-    return records
+    return run_cells(notebook, echo=True)
 
 
 def make_timer(device: str):
