@@ -7,7 +7,6 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
-export MPLBACKEND := Agg
 export PYTHONHASHSEED := 0
 
 .PHONY: book test serve lint release grade measure clean venv
@@ -27,10 +26,11 @@ CACHE := _build/.jupyter_cache
 # The execution cache is keyed on a chapter's code only: when mlsys or a recorded measurement
 # changes, clear it so no page shows stale figures.
 book: $(STAMP)
-	@if [ -d $(CACHE) ] && { [ ! -f $(CACHE)/.inputs-stamp ] || [ -n "$$(find mlsys data -newer $(CACHE)/.inputs-stamp -not -path "*/__pycache__*" -print -quit)" ]; }; then \
-		echo "make book: mlsys or data/ changed since the last build; clearing the execution cache"; rm -rf $(CACHE); fi
+	@if [ -d _build/.doctrees ] && { [ ! -f $(CACHE)/.inputs-stamp ] || [ -n "$$(find mlsys data Makefile _config.yml requirements.txt -newer $(CACHE)/.inputs-stamp -not -path "*/__pycache__*" -print -quit)" ]; }; then \
+		echo "make book: mlsys, data/ or the build settings changed since the last build; re-executing every page"; rm -rf $(CACHE) _build/.doctrees _build/jupyter_execute; fi
 	rm -rf _build/html
-	$(BIN)/jupyter-book build . -W -n --keep-going
+	env -u MPLBACKEND $(BIN)/jupyter-book build . -W -n --keep-going  # a non-inline backend would drop every figure
+	@test -n "$$(ls _build/html/_images 2>/dev/null)" || { echo "make book: no figures in _build/html/_images" >&2; exit 1; }
 	@mkdir -p $(CACHE) && touch $(CACHE)/.inputs-stamp
 	@test -s _build/html/index.html || { echo "make book: _build/html/index.html is missing or empty" >&2; exit 1; }
 	@echo "Book built: _build/html/index.html"

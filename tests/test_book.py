@@ -6,6 +6,7 @@ maintainer which chapter broke and why, with the traceback, before the slower st
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 from pathlib import Path
@@ -13,6 +14,7 @@ from pathlib import Path
 import nbformat
 import pytest
 import yaml
+from jupyter_client.manager import KernelManager
 from myst_nb.core.read import read_myst_markdown_notebook
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
@@ -30,10 +32,23 @@ def _toc_files() -> list[str]:
 
 
 def execute_chapter(path: Path, timeout: int = 240) -> nbformat.NotebookNode:
-    """Execute a MyST Markdown chapter with a fresh kernel in the repository root; raise on any error."""
+    """Execute a MyST Markdown chapter with a fresh kernel in the repository root; raise on any error.
+
+    The kernel gets the environment ``make book`` gives it: no MPLBACKEND, so figures display inline.
+    """
     nb = read_myst_markdown_notebook(path.read_text())
-    NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}).execute()
+    env = {k: v for k, v in os.environ.items() if k != "MPLBACKEND"}
+    km = KernelManager(kernel_name="python3")
+    km.start_kernel(env=env, cwd=str(path.parent))
+    try:
+        NotebookClient(nb, km=km, timeout=timeout, resources={"metadata": {"path": str(path.parent)}}).execute()
+    finally:
+        km.shutdown_kernel(now=True)
     return nb
+
+
+def _figures(nb: nbformat.NotebookNode) -> int:
+    return sum("image/png" in out.get("data", {}) for cell in nb.cells for out in cell.get("outputs", []))
 
 
 def test_every_toc_entry_exists():
@@ -44,8 +59,9 @@ def test_every_toc_entry_exists():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
-def test_chapter_executes_on_cpu(path):
-    execute_chapter(path)
+def test_chapter_executes_on_cpu_and_draws_a_figure(path):
+    nb = execute_chapter(path)
+    assert _figures(nb) >= 1, f"{path.name}: no figure in its outputs (each chapter draws at least one)"
 
 
 def test_a_changed_constant_that_breaks_a_claim_fails_the_chapter(tmp_path, monkeypatch):
