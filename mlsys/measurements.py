@@ -108,6 +108,29 @@ def path_for(slug: str) -> Path:
     return data_dir() / f"{slug}.json"
 
 
+def recording(name: str, script: str | None = None) -> dict[str, Any]:
+    """A recorded result that is not a device file, e.g. ``recording("ch45_h100")``.
+
+    Reads ``data_dir() / f"{name}.json"`` (``$MLSYS_MEASUREMENTS_DIR`` moves the directory, to try a
+    page against another recording). A missing file raises ``FileNotFoundError`` naming the
+    ``script`` that produces it; a file written by a script's CPU smoke test (``tiny_cpu_test``)
+    raises ``MeasurementError``, so test output can never stand in for a GPU measurement.
+    """
+    path = data_dir() / f"{name}.json"
+    if not path.is_file():
+        how = f": run `OUT=dir python3 {script}` on the GPU and copy dir/{name}.json there" if script else ""
+        raise FileNotFoundError(f"{path} is missing{how}")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise MeasurementError(f"{path}: not valid JSON ({exc})") from exc
+    if not isinstance(data, dict):
+        raise MeasurementError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    if data.get("tiny_cpu_test"):
+        raise MeasurementError(f"{path} comes from a CPU smoke test, not a GPU run")
+    return data
+
+
 def _is_device_file(path: Path) -> bool:
     """True for ``<slug>.json`` declaring this schema for the device ``slug`` (``data/measurements``
     also holds other scripts' results, some with the same provenance block)."""

@@ -174,3 +174,17 @@ def test_committed_h100_file_states_its_datasheet_fractions():
     for name in ("copy_bandwidth", "matmul_bf16"):
         ds = data["figures"][name]["datasheet"]
         assert 0 < ds["fraction"] < 1, f"{name}: a measurement above the datasheet needs explaining"
+
+
+def test_recording_reads_results_and_refuses_smoke_tests(tmp_path, monkeypatch):
+    monkeypatch.setenv("MLSYS_MEASUREMENTS_DIR", str(tmp_path))
+    (tmp_path / "ok.json").write_text('{"device": {"name": "NVIDIA H100 80GB HBM3"}}')
+    assert ms.recording("ok")["device"]["name"] == "NVIDIA H100 80GB HBM3"
+    with pytest.raises(FileNotFoundError, match="scripts/gpu/x.py"):
+        ms.recording("missing", script="scripts/gpu/x.py")
+    (tmp_path / "smoke.json").write_text('{"tiny_cpu_test": true}')
+    with pytest.raises(ms.MeasurementError, match="CPU smoke test"):
+        ms.recording("smoke")
+    (tmp_path / "bad.json").write_text("[1, 2")
+    with pytest.raises(ms.MeasurementError, match="not valid JSON"):
+        ms.recording("bad")
