@@ -32,6 +32,8 @@ import types
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from .device import has_cuda  # the tier rule: performance is graded only where this is True
+
 __all__ = [
     "GradingError",
     "NOT_GRADED",
@@ -380,19 +382,6 @@ def assert_no_library_calls(fn: Callable[..., Any], forbidden: Iterable[str] = F
 
 # ----------------------------------------------------------------------------------------------
 # the performance tier
-
-
-def has_cuda() -> bool:
-    """True where CUDA is usable (torch sees a GPU); the performance tier is graded only then."""
-    import os
-    import sys
-
-    if sys.platform == "linux" and "torch" not in sys.modules and not any(
-            os.path.exists(p) for p in ("/dev/nvidiactl", "/dev/nvidia0", "/dev/dxg")):
-        return False  # no NVIDIA device node: CUDA cannot be present, and torch need not be imported
-    from .device import has_cuda as _has_cuda
-
-    return _has_cuda()
 
 
 def performance_tier(name: str, measure: Callable[[], float], *, full_at: float, zero_at: float = 0.0) -> float | None:
