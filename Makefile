@@ -50,10 +50,10 @@ clean:
 
 # Teacher targets (labs/README section of README.md explains them).
 release: $(STAMP)
-	$(BIN)/python -m mlsys.teach release
+	$(BIN)/python -m mlsys.course.teach release
 
 grade: $(STAMP)
-	$(BIN)/python -m mlsys.teach grade
+	$(BIN)/python -m mlsys.course.teach grade
 
 # Measure this machine's roofs and write data/measurements/<device-slug>.json.
 measure: $(STAMP)

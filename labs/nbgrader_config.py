@@ -1,7 +1,7 @@
 """nbgrader configuration for the course's labs (this folder is the nbgrader course root).
 
 Teachers normally do not call nbgrader directly: ``make release`` and ``make grade`` (``python -m
-mlsys.teach``) run it in a scratch copy of this folder with this file, so that the committed
+mlsys.course.teach``) run it in a scratch copy of this folder with this file, so that the committed
 student versions stay byte-for-byte reproducible and submitted files are never touched.
 """
 
@@ -27,7 +27,7 @@ c.ClearSolutions.text_stub = "YOUR ANSWER HERE (replace this line with your expl
 
 # Per-cell limit while grading: long enough for Triton's JIT and GPU benchmarks, short enough
 # that an endless loop costs one cell. A whole submission also runs under a wall-clock limit in
-# its own process group (mlsys.teach grade --timeout), which stops a loop that ignores interrupts.
+# its own process group (mlsys.course.teach grade --timeout), which stops a loop that ignores interrupts.
 c.Execute.timeout = 600
 c.Execute.interrupt_on_timeout = True
 c.Execute.startup_timeout = 120

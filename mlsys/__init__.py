@@ -15,8 +15,11 @@ from .units import Q_, ureg
 __version__ = "0.1.0"
 
 _SUBMODULES = (
-    "units", "numerics", "hardware", "roofline", "claims", "viz", "tiling", "fusion", "comm",
-    "overhead", "bench", "grading", "measurements", "cli", "device", "occupancy", "memory_access", "energy", "teach", "nbexec",
+    # the models and data a learner uses
+    "units", "numerics", "hardware", "roofline", "viz", "tiling", "fusion", "comm", "overhead",
+    "occupancy", "memory_access", "energy",
+    # the two other rooms, and the command line
+    "bench", "course", "cli",
 )
 
 __all__ = ["ureg", "Q_", "__version__", *_SUBMODULES]

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import pint
 
 from . import comm, hardware, numerics, roofline
-from .claims import fmt
+from .course.claims import fmt
 from .units import Q_, DimensionError, as_quantity
 
 __all__ = ["main", "build_parser"]

@@ -1,4 +1,4 @@
-"""mlsys.grading: the checks lab test cells use, and the cheats they must catch."""
+"""mlsys.course.grading: the checks lab test cells use, and the cheats they must catch."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import os
 import numpy as np
 import pytest
 
-from mlsys import Q_, grading
-from mlsys.grading import GradingError
+from mlsys import Q_
+from mlsys.course import grading
+from mlsys.course.grading import GradingError
 
 torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402

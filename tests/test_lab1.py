@@ -2,7 +2,7 @@
 
 The notebook's code cells run here in one namespace, in order (as a kernel would), with chosen
 solution cells replaced by a learner's wrong answer; the visible self-checks or the hidden tests
-must then raise :class:`mlsys.grading.GradingError` with a message that names the mistake.
+must then raise :class:`mlsys.course.grading.GradingError` with a message that names the mistake.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from mlsys.grading import GradingError
+from mlsys.course.grading import GradingError
 
 NB = Path(__file__).resolve().parent.parent / "labs" / "source" / "lab1_roofline" / "lab1_roofline.ipynb"
 pytestmark = pytest.mark.skipif(not NB.is_file(), reason="lab 1 not written yet")

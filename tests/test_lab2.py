@@ -25,17 +25,17 @@ import pytest
 
 import mlsys
 
-mlsys.device.setup()  # TRITON_INTERPRET=1 without CUDA, before triton is imported
+mlsys.course.device.setup()  # TRITON_INTERPRET=1 without CUDA, before triton is imported
 
 torch = pytest.importorskip("torch")
 triton = pytest.importorskip("triton")
 
-from mlsys import grading  # noqa: E402
+from mlsys.course import grading  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOK = REPO / "labs" / "source" / "lab2_tiled_matmul" / "lab2_tiled_matmul.ipynb"
 BENCH = REPO / "scripts" / "gpu" / "lab2_bench.py"
-DEVICE = mlsys.device.default_device()
+DEVICE = mlsys.course.device.default_device()
 
 
 def _load_bench():
@@ -104,7 +104,7 @@ def test_nbgrader_metadata_is_schema_3_with_unique_grade_ids():
 def test_setup_cell_picks_the_device_before_importing_triton():
     src = _source(_cell("setup"))
     assert "google.colab" in src and "pip" in src
-    assert src.index("mlsys.device.setup()") < src.index("import triton")
+    assert src.index("mlsys.course.device.setup()") < src.index("import triton")
 
 
 def test_kernel_cells_are_the_solution_cells_the_script_loads():

@@ -19,17 +19,17 @@ import pytest
 
 import mlsys
 
-mlsys.device.setup()  # TRITON_INTERPRET=1 without CUDA, before the kernels are defined
+mlsys.course.device.setup()  # TRITON_INTERPRET=1 without CUDA, before the kernels are defined
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
-from mlsys import grading  # noqa: E402
+from mlsys.course import grading  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOK = REPO / "labs" / "source" / "lab3_fusion" / "lab3_fusion.ipynb"
 BENCH = REPO / "scripts" / "gpu" / "lab3_bench.py"
-DEVICE = mlsys.device.default_device()
+DEVICE = mlsys.course.device.default_device()
 
 
 def _load_bench():
@@ -283,7 +283,7 @@ def test_bench_loads_the_notebook_kernels_not_a_copy():
     assert os.path.samefile(bench.NOTEBOOK, NOTEBOOK)
 
 
-# ------------------------------------------------------------------------------ graded end to end (mlsys.teach)
+# ------------------------------------------------------------------------------ graded end to end (mlsys.course.teach)
 
 
 def _with_solutions(cells: list[dict], answers: dict[str, str]) -> list[dict]:
@@ -301,13 +301,13 @@ def _with_solutions(cells: list[dict], answers: dict[str, str]) -> list[dict]:
 
 @pytest.mark.slow
 def test_grading_a_kernel_cell_that_calls_torch_ops(tmp_path):
-    """Graded by nbgrader through mlsys.teach: a submission whose launchers call PyTorch's ops instead
+    """Graded by nbgrader through mlsys.course.teach: a submission whose launchers call PyTorch's ops instead
     of the Triton kernels loses those two tests (4 + 4 points) and keeps the others:
     2 (predict) + 2 (count kernels) + 2 (stable softmax) = 6 of 14. (The instructor version and the
     untouched release are graded by the pipeline's own tests.)"""
     import shutil
 
-    from mlsys import teach
+    from mlsys.course import teach
 
     root = tmp_path / "labs"
     (root / "source").mkdir(parents=True)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from mlsys import teach
+from mlsys.course import teach
 
 REPO = Path(__file__).resolve().parent.parent
 LABS = REPO / "labs"
@@ -136,8 +136,8 @@ def test_top_cell_opens_the_release_in_colab_and_first_code_cell_installs(lab):
             f"{kind}/{lab}: expected an 'Open in Colab' link to {COLAB.format(lab=lab)} in the first cell")
         first_code = next(c for c in cells if c["cell_type"] == "code")
         code = _src(first_code)
-        assert "google.colab" in code and "pip" in code and "mlsys.device.setup()" in code, (
-            f"{kind}/{lab}: the first code cell must install the course package in Colab and call mlsys.device.setup()")
+        assert "google.colab" in code and "pip" in code and "mlsys.course.device.setup()" in code, (
+            f"{kind}/{lab}: the first code cell must install the course package in Colab and call mlsys.course.device.setup()")
 
 
 @pytest.mark.parametrize("lab", LAB_NAMES)

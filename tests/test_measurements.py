@@ -8,7 +8,7 @@ import json
 import pytest
 
 from mlsys import Q_
-from mlsys import measurements as ms
+from mlsys.bench import records as ms
 
 
 def _timing(median: float) -> dict:

@@ -1,11 +1,11 @@
-"""mlsys.units, mlsys.roofline and mlsys.claims: values worked out by hand."""
+"""mlsys.units, mlsys.roofline and mlsys.course.claims: values worked out by hand."""
 
 from __future__ import annotations
 
 import pytest
 
 from mlsys import Q_, hardware, roofline
-from mlsys.claims import ClaimError, check, fmt
+from mlsys.course.claims import ClaimError, check, fmt
 from mlsys.units import DimensionError, as_quantity
 
 

@@ -8,7 +8,7 @@
 * :mod:`mlsys.bench.roofcheck`: kernels of many intensities, predicted from the measured roofs
   with :func:`mlsys.roofline.time_lower_bound` (and :mod:`mlsys.overhead` for tiny ones) and timed.
 * :func:`main`: ``python -m mlsys measure [--out PATH] [--quick]`` runs all of it and writes
-  ``data/measurements/<device-slug>.json`` (schema: :mod:`mlsys.measurements`).
+  ``data/measurements/<device-slug>.json`` (schema: :mod:`mlsys.bench.records`).
 """
 
 from __future__ import annotations

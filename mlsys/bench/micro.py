@@ -2,7 +2,7 @@
 
 Each function measures one figure on ``"cpu"`` or ``"cuda"`` and returns it as a
 JSON-ready dict ``{"value", "unit", "method", "size", "timing"}`` (the schema of
-:mod:`mlsys.measurements`), or raises :class:`Skip` saying why the figure does not apply
+:mod:`mlsys.bench.records`), or raises :class:`Skip` saying why the figure does not apply
 here. Inputs are random (never zeros: an all-zero input can hide wrong indexing and even
 run faster), and every result is checked after it was timed.
 

@@ -9,7 +9,7 @@ import shutil
 import subprocess
 from typing import Any
 
-from ..measurements import device_slug
+from .records import device_slug
 
 __all__ = ["cpu_name", "nvidia_smi", "provenance"]
 

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..measurements import REQUIRED_FIGURES, SCHEMA_VERSION, Measurement, path_for, validate
+from .records import REQUIRED_FIGURES, SCHEMA_VERSION, Measurement, path_for, validate
 from ..roofline import Roof
 from ..units import Q_
 from .micro import MICROBENCHMARKS, Skip, sizes_for
@@ -20,8 +20,8 @@ __all__ = ["main", "measure", "pick_device", "output_path"]
 
 def pick_device(requested: str = "auto") -> str:
     """``"cuda"`` if requested or available (``"auto"``), else ``"cpu"``; on a CPU, set up the
-    Triton interpreter (:func:`mlsys.device.setup`) before Triton is imported."""
-    from .. import device as _device
+    Triton interpreter (:func:`mlsys.course.device.setup`) before Triton is imported."""
+    from ..course import device as _device
 
     if requested not in ("auto", "cpu", "cuda"):
         raise ValueError(f"device must be 'auto', 'cpu' or 'cuda', got {requested!r}")
@@ -102,15 +102,13 @@ def output_path(out: str | None, slug: str) -> Path:
 
 def summary(m: Measurement) -> str:
     """A short plain-text table of the figures, with datasheet fractions where known."""
-    from ..claims import fmt
-
     acc = m.accelerator()
     lines = [f"{m.name} ({m.slug}), {m.date}"]
     units = {"byte/s": "GB/s", "FLOP/s": "TFLOP/s", "s": "us"}
     for name in m.data["figures"]:
         q = m.figure(name)
         unit = units[m.data["figures"][name]["unit"]]
-        line = f"  {name:15s} {fmt(q, unit):>16s}"
+        line = f"  {name:15s} {f'{q.to(unit).m:,.4g} {unit}':>16s}"
         spec = m.datasheet_figure(name)
         if spec is not None:
             line += f"  ({(q / spec).to('').m:.0%} of datasheet, {acc.name})"

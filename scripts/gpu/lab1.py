@@ -2,7 +2,7 @@
 
 The GPU image has no Jupyter, nbconvert or nbgrader, so this executes the notebook's code cells
 itself: in order, in one namespace (as one kernel would), each cell's source registered with
-``linecache`` so that ``inspect.getsource`` (used by ``mlsys.grading.assert_no_library_calls``)
+``linecache`` so that ``inspect.getsource`` (used by ``mlsys.course.grading.assert_no_library_calls``)
 works. For every nbgrader test cell it records pass/fail and the points nbgrader would give
 (a ``perf_*`` cell's last expression is its partial credit). Without matplotlib (the GPU image may
 lack it) plotting is replaced by a no-op stand-in and the plot cell is skipped; this is recorded.
@@ -26,7 +26,7 @@ from unittest import mock
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from mlsys.nbexec import run_cells  # noqa: E402
+from mlsys.course.nbexec import run_cells  # noqa: E402
 
 NOT_GRADED = "performance: not graded (no GPU)"
 

@@ -58,7 +58,7 @@ AUTOTUNERS = {"grouped+autotuned": "matmul_kernel", "persistent+TMA": "matmul_tm
 
 def kernel_sources(notebook: Path = NOTEBOOK, tag: str = KERNEL_TAG) -> list[tuple[str, str]]:
     """(grade_id, source) of the notebook's code cells tagged ``tag``, in notebook order."""
-    from mlsys.nbexec import code_cells
+    from mlsys.course.nbexec import code_cells
 
     if not notebook.is_file():
         raise FileNotFoundError(f"expected the Lab 2 instructor notebook at {notebook}")
@@ -212,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported
     import mlsys
 
-    dev = mlsys.device.setup()
+    dev = mlsys.course.device.setup()
     if not args.tiny and dev != "cuda":
         print("no CUDA GPU here: run with --tiny for a CPU smoke test", file=sys.stderr)
         return 2

@@ -46,7 +46,7 @@ RELU_CHAIN_ARITIES = [1, 1, 1]  # relu reads x; mul reads relu's result; add rea
 
 def load_kernels(notebook: Path = NOTEBOOK) -> dict[str, Any]:
     """Execute the notebook's kernel cells (by grade_id) in a fresh namespace and return it."""
-    from mlsys.nbexec import exec_cells
+    from mlsys.course.nbexec import exec_cells
 
     try:
         return exec_cells(notebook, list(KERNEL_CELLS), {"__name__": "lab3_fusion"})
@@ -56,8 +56,8 @@ def load_kernels(notebook: Path = NOTEBOOK) -> dict[str, Any]:
 
 def run_notebook(notebook: Path = NOTEBOOK) -> list[dict[str, Any]]:
     """Run every code cell of the notebook in order in one namespace, as nbgrader would
-    (:func:`mlsys.nbexec.run_cells`: one record per cell with its status, output and value)."""
-    from mlsys.nbexec import run_cells
+    (:func:`mlsys.course.nbexec.run_cells`: one record per cell with its status, output and value)."""
+    from mlsys.course.nbexec import run_cells
 
     return run_cells(notebook, echo=True)
 

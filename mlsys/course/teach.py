@@ -1,8 +1,8 @@
 """Teacher commands: make the student versions of the labs and grade submissions.
 
-``python -m mlsys.teach release``        labs/source/<lab>/ -> labs/release/<lab>/ (nbgrader generate_assignment)
-``python -m mlsys.teach check-release``  exit 1 if a committed release differs from what release makes now
-``python -m mlsys.teach grade``          labs/submitted/<student>/<lab>/<lab>.ipynb -> labs/grades.csv,
+``python -m mlsys.course.teach release``        labs/source/<lab>/ -> labs/release/<lab>/ (nbgrader generate_assignment)
+``python -m mlsys.course.teach check-release``  exit 1 if a committed release differs from what release makes now
+``python -m mlsys.course.teach grade``          labs/submitted/<student>/<lab>/<lab>.ipynb -> labs/grades.csv,
                                          labs/autograded/..., labs/feedback/.../<lab>.html
 
 nbgrader always runs in a scratch copy of the course root (``labs/nbgrader_config.py`` and the
@@ -41,7 +41,7 @@ CSV_FIELDS = [
 
 def labs_root() -> Path:
     """The nbgrader course root: ``<repo>/labs`` (the folder holding nbgrader_config.py)."""
-    return Path(__file__).resolve().parent.parent / "labs"
+    return Path(__file__).resolve().parents[2] / "labs"
 
 
 def lab_names(root: Path | None = None) -> list[str]:
@@ -428,7 +428,7 @@ def grade(root: Path | None = None, *, submitted: Path | None = None, out_csv: P
             rows.extend(pool.map(one, todo))
     after = {p: _sha(p) for p in before if p.is_file()}
     if after != before:  # a safety net: grading must never change what students handed in
-        raise RuntimeError("a submitted file changed during grading; this is a bug in mlsys.teach")
+        raise RuntimeError("a submitted file changed during grading; this is a bug in mlsys.course.teach")
     rows.sort(key=lambda r: (r.student, r.lab))
     write_csv(rows, out_csv)
     return rows
@@ -474,7 +474,7 @@ def _reset(row: Row) -> Row:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m mlsys.teach", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m mlsys.course.teach", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("release", help="generate labs/release/<lab>/ from labs/source/<lab>/")
     r.add_argument("labs", nargs="*", help="labs to release (default: all)")

@@ -4,7 +4,7 @@ The GPU machines that record the labs' reference figures have no Jupyter, nbconv
 so the scripts under ``scripts/gpu/`` execute the instructor notebooks themselves: cell by cell,
 in one namespace, as one kernel would. Each cell's source is registered with :mod:`linecache`
 under a file name of its own, so ``inspect.getsource`` works on the functions it defines (Triton's
-``@jit`` and :func:`mlsys.grading.assert_no_library_calls` both need that). A trailing expression
+``@jit`` and :func:`mlsys.course.grading.assert_no_library_calls` both need that). A trailing expression
 is evaluated and returned, as a notebook shows it; nbgrader reads a number there as partial credit.
 """
 

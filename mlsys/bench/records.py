@@ -30,8 +30,8 @@ from typing import Any
 
 import pint
 
-from .roofline import Roof
-from .units import Q_, ureg
+from ..roofline import Roof
+from ..units import Q_, ureg
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -100,7 +100,7 @@ def data_dir() -> Path:
     override = os.environ.get("MLSYS_MEASUREMENTS_DIR")
     if override:
         return Path(override)
-    return Path(__file__).resolve().parent.parent / "data" / "measurements"
+    return Path(__file__).resolve().parents[2] / "data" / "measurements"
 
 
 def path_for(slug: str) -> Path:
@@ -387,7 +387,7 @@ class Measurement:
 
     def accelerator(self) -> Any:
         """The datasheet entry (:class:`mlsys.hardware.Accelerator`) for this device, or None."""
-        from . import hardware
+        from .. import hardware
 
         name = self.name.removeprefix("NVIDIA ").strip()
         for candidate in (name, name.replace(" ", "-")):

@@ -1,0 +1,26 @@
+"""Course machinery: what teachers and the book's build use, never what a model needs.
+
+* :mod:`mlsys.course.claims`: ``check`` (a claim the prose makes; a false one fails the build) and ``fmt``.
+* :mod:`mlsys.course.device`: ``setup()`` (Triton's interpreter where there is no CUDA) and ``has_cuda``.
+* :mod:`mlsys.course.grading`: helpers the labs' test cells call.
+* :mod:`mlsys.course.nbexec`: the one way to run a notebook's cells outside Jupyter.
+* :mod:`mlsys.course.teach`: release and grade labs (``python -m mlsys.course.teach``).
+
+This room may import the models (``mlsys.*``) and measurement (``mlsys.bench``); neither imports it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_SUBMODULES = ("claims", "device", "grading", "nbexec", "teach")
+__all__ = list(_SUBMODULES)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:
+        module = importlib.import_module(f".{name}", __name__)
+        globals()[name] = module
+        return module
+    raise AttributeError(f"module 'mlsys.course' has no attribute {name!r}")
