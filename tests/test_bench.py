@@ -11,8 +11,8 @@ import json
 import pytest
 
 from mlsys import Q_
-from mlsys.bench import records as ms
 from mlsys.bench import micro, roofcheck, run, timing
+from mlsys.bench import records as ms
 from mlsys.bench.timing import CheckFailed, Timing, choose_repeats, time_cpu, time_fn
 from mlsys.roofline import Roof
 

@@ -9,10 +9,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .records import REQUIRED_FIGURES, SCHEMA_VERSION, Measurement, path_for, validate
 from ..roofline import Roof
 from ..units import Q_
 from .micro import MICROBENCHMARKS, Skip, sizes_for
+from .records import REQUIRED_FIGURES, SCHEMA_VERSION, Measurement, path_for, validate
 from .roofcheck import fixed_cost, kernels_for, run_check
 
 __all__ = ["main", "measure", "pick_device", "output_path"]
