@@ -7,13 +7,20 @@
   overhead (eager op, empty Triton kernel, CUDA-graph replay), host-to-device copies.
 * :mod:`mlsys.bench.roofcheck`: kernels of many intensities, predicted from the measured roofs
   with :func:`mlsys.roofline.time_lower_bound` (and :mod:`mlsys.overhead` for tiny ones) and timed.
+* :mod:`mlsys.bench.experiment`: named experiments, one per GPU figure the book shows;
+  :func:`run` (``mlsys.bench.run("divergence")``) re-measures one here, and
+  ``python -m mlsys.bench run NAME... | all | --list`` records them.
 * :func:`main`: ``python -m mlsys measure [--out PATH] [--quick]`` runs all of it and writes
   ``data/measurements/<device-slug>.json`` (schema: :mod:`mlsys.bench.records`).
 """
 
 from __future__ import annotations
 
+from .experiment import NeedsDevice, catalogue
+from .experiment import run as run
+from .records import load_experiment
 from .run import main, measure
 from .timing import CheckFailed, Timing, choose_repeats, time_cpu, time_cuda, time_fn
 
-__all__ = ["main", "measure", "Timing", "CheckFailed", "time_fn", "time_cpu", "time_cuda", "choose_repeats"]
+__all__ = ["main", "measure", "run", "catalogue", "load_experiment", "NeedsDevice", "Timing", "CheckFailed",
+           "time_fn", "time_cpu", "time_cuda", "choose_repeats"]

@@ -46,6 +46,11 @@ __all__ = [
     "available",
     "find",
     "load",
+    "EXPERIMENT_SCHEMA",
+    "Record",
+    "validate_experiment",
+    "experiment_path",
+    "load_experiment",
     "validate",
 ]
 
@@ -443,3 +448,142 @@ def load(what: str | Path) -> Measurement:
     except json.JSONDecodeError as exc:
         raise MeasurementError(f"{p}: not valid JSON ({exc})") from exc
     return Measurement(data, str(p))
+
+
+# ---------------------------------------------------------------- experiment records
+
+EXPERIMENT_SCHEMA = "mlsys-experiment/1"
+# A key that carries its unit in its name ("bw_GBps", "time_us") hides the unit from the validator.
+_UNIT_SUFFIX = re.compile(r"_(ns|us|ms|s|GBps|GB|MB|KB|GiB|MiB|KiB|TFLOPs|TFLOPS|GFLOPs|MHz|W|bytes|B)$")
+
+
+def _tree(obj: Any, where: str) -> None:
+    """Every ``{"value", "unit"}`` leaf a finite number with a known unit; no unit-suffixed keys."""
+    if isinstance(obj, dict):
+        if "value" in obj and "unit" in obj:
+            value, unit = obj["value"], obj["unit"]
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                _fail(f"{where}.value", f"expected a finite number, got {value!r}")
+            if not isinstance(unit, str):
+                _fail(f"{where}.unit", f"expected a unit string, got {unit!r}")
+            try:
+                ureg.Unit(unit)
+            except Exception:
+                _fail(f"{where}.unit", f"{unit!r} is not a unit known to mlsys.units")
+        for key, value in obj.items():
+            if not isinstance(key, str):
+                _fail(where, f"keys must be strings, got {key!r}")
+            if _UNIT_SUFFIX.search(key):
+                _fail(f"{where}.{key}", 'write quantities as {"value": x, "unit": "..."}, not with a unit in the key')
+            _tree(value, f"{where}.{key}")
+    elif isinstance(obj, list):
+        for i, value in enumerate(obj):
+            _tree(value, f"{where}[{i}]")
+    elif isinstance(obj, float) and not math.isfinite(obj):
+        _fail(where, f"expected a finite number, got {obj!r}")
+
+
+def validate_experiment(data: Any, source: str = "experiment") -> dict[str, Any]:
+    """Check an experiment record (see :mod:`mlsys.bench.experiment`); return it or raise
+    :class:`MeasurementError` naming ``source`` and the dotted path of the offending field."""
+    w = source
+    if not isinstance(data, dict):
+        _fail(w, f"expected a JSON object at the top level, got {type(data).__name__}")
+    if _need(data, "schema", w, str) != EXPERIMENT_SCHEMA:
+        _fail(f"{w}.schema", f"expected {EXPERIMENT_SCHEMA!r}, got {data['schema']!r}")
+    _need(data, "experiment", w, str)
+    _need(data, "date", w, str)
+    dev = _need(data, "device", w, dict)
+    for key in ("kind", "name", "slug"):
+        _need(dev, key, f"{w}.device", str)
+    if dev["slug"] != device_slug(dev["name"]):
+        _fail(f"{w}.device.slug", f"expected {device_slug(dev['name'])!r} for {dev['name']!r}, got {dev['slug']!r}")
+    if "host" in dev or "hostname" in dev:
+        _fail(f"{w}.device", "a record never names the host")
+    sw = _need(data, "software", w, dict)
+    for key in ("python", "torch"):
+        _need(sw, key, f"{w}.software", str)
+    _need(data, "quick", w, bool)
+    shown = _need(data, "shown_in", w, list)
+    if not shown or not all(isinstance(s, str) for s in shown):
+        _fail(f"{w}.shown_in", "expected a non-empty list of page names")
+    _need(data, "results", w, dict)
+    _tree(data["results"], f"{w}.results")
+    _tree(dev, f"{w}.device")
+    return data
+
+
+class Record:
+    """One validated experiment record: ``results`` as stored, quantities on request."""
+
+    def __init__(self, data: dict[str, Any], source: str = "experiment") -> None:
+        self.data = validate_experiment(data, source)
+        self.source = source
+
+    @property
+    def experiment(self) -> str:
+        return self.data["experiment"]
+
+    @property
+    def results(self) -> dict[str, Any]:
+        return self.data["results"]
+
+    @property
+    def device(self) -> str:
+        """The device's name as its driver reports it (e.g. ``"NVIDIA H100 80GB HBM3"``)."""
+        return self.data["device"]["name"]
+
+    @property
+    def day(self) -> str:
+        """The date of the run, ``YYYY-MM-DD``."""
+        return self.data["date"][:10]
+
+    @property
+    def reproduce(self) -> str:
+        """The one line that re-measures this record on a machine with the device it needs."""
+        return f'mlsys.bench.run("{self.experiment}")'
+
+    def q(self, *path: str | int) -> pint.Quantity:
+        """The quantity at ``results[path[0]][path[1]]...`` (a ``{"value", "unit"}`` leaf)."""
+        node: Any = self.results
+        for step in path:
+            node = node[step]
+        if not (isinstance(node, dict) and "value" in node and "unit" in node):
+            raise MeasurementError(f"{self.source}: results{list(path)} is not a quantity")
+        return Q_(node["value"], node["unit"])
+
+    def __getitem__(self, key: str) -> Any:
+        return self.results[key]
+
+    def __repr__(self) -> str:
+        return f"Record({self.experiment!r}, {self.device!r}, {self.day!r})"
+
+
+def experiment_path(experiment: str, device: str) -> Path:
+    """``data/measurements/<device-slug>/<experiment>.json`` (``device`` is a name or a slug)."""
+    return data_dir() / device_slug(device) / f"{experiment}.json"
+
+
+def load_experiment(experiment: str, device: str = "nvidia-h100-80gb-hbm3") -> Record:
+    """The recorded run of ``experiment`` on ``device`` (a slug or the driver's name), validated.
+
+    A missing record raises ``FileNotFoundError`` naming the devices it was recorded on and the
+    command that records it; a record from a ``--quick`` run is refused, so a smoke test can never
+    stand in for a measurement on a page.
+    """
+    path = experiment_path(experiment, device)
+    if not path.is_file():
+        have = sorted(p.parent.name for p in data_dir().glob(f"*/{experiment}.json"))
+        raise FileNotFoundError(
+            f"no record of experiment {experiment!r} on {device!r} (recorded on: {', '.join(have) or 'none'}); "
+            f"record it with `python -m mlsys.bench run {experiment}` on that device")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise MeasurementError(f"{path}: not valid JSON ({exc})") from exc
+    record = Record(data, str(path))
+    if record.data["quick"]:
+        raise MeasurementError(f"{path} comes from a --quick run, not a measurement to quote")
+    if record.experiment != experiment:
+        raise MeasurementError(f"{path} records experiment {record.experiment!r}, not {experiment!r}")
+    return record
