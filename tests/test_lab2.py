@@ -1,7 +1,7 @@
 """Lab 2 (tiled matmul): the notebook's structure, its reference kernels and its GPU script, on a CPU.
 
 The kernels are the instructor notebook's own cells tagged ``lab2-kernel``, loaded by
-``scripts/gpu/lab2_bench.py`` exactly as it does on the GPU, and run under the Triton interpreter.
+the experiment ``mlsys.bench.experiments.lab2_matmul`` exactly as it does on the GPU, and run under the Triton interpreter.
 Expected values are worked out by hand in the comments, or come from ``torch.matmul`` in fp64 (an
 independent implementation).
 """
@@ -9,7 +9,6 @@ independent implementation).
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import io
 import json
 import linecache
@@ -34,19 +33,12 @@ from mlsys.course import grading  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOK = REPO / "labs" / "source" / "lab2_tiled_matmul" / "lab2_tiled_matmul.ipynb"
-BENCH = REPO / "scripts" / "gpu" / "lab2_bench.py"
+BENCH = REPO / "mlsys" / "bench" / "experiments" / "lab2_matmul.py"
 DEVICE = mlsys.course.device.default_device()
 
 
-def _load_bench():
-    spec = importlib.util.spec_from_file_location("lab2_bench", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["lab2_bench"] = module
-    spec.loader.exec_module(module)
-    return module
+from mlsys.bench.experiments import lab2_matmul as bench  # noqa: E402
 
-
-bench = _load_bench()
 _KERNEL_DIR = tempfile.TemporaryDirectory(prefix="lab2-kernels-")
 lab = bench.load_kernels(DEVICE, Path(_KERNEL_DIR.name))
 KERNELS = {"naive": lab.naive_matmul, "tiled": lab.tiled_matmul, "grouped": lab.matmul, "tma": lab.matmul_tma}
@@ -345,32 +337,19 @@ def test_tile_report_solution_against_hand_values():
 
 
 @pytest.mark.slow
-def test_bench_script_tiny_run_and_reference_cell(tmp_path, monkeypatch):
-    out = tmp_path / "out"
-    monkeypatch.setenv("OUT", str(out))
-    assert bench.main(["--tiny"]) == 0
-    data = json.loads((out / "lab2_tiny.json").read_text())
-    assert data["all_correct"] and data["device"]["kind"] == "cpu" and data["software"]["triton"]
-    assert data["schema"] == "lab2-tiled-matmul/1" and data["failures"] == []
+def test_experiment_quick_run_on_the_cpu():
+    from mlsys.bench.experiment import run
+
+    record = run("lab2_matmul", quick=True, device="cpu")
+    data = record["results"]
+    assert record["quick"] and record["device"]["kind"] == "cpu" and record["software"]["triton"]
+    assert data["all_correct"] and data["failures"] == []
     for name, sizes in bench.TINY_SIZES.items():
-        assert sorted(int(s) for s in data["tflops"][name]) == sorted(sizes)
+        assert sorted(int(s) for s in data["throughput"][name]) == sorted(sizes)
     head = data["headline"]
     assert head["size"] == max(bench.TINY_SIZES["grouped+autotuned"])
-    # the ratio is cuBLAS time / kernel time = kernel TFLOP/s / cuBLAS TFLOP/s at the same size
-    assert head["ratio"] == pytest.approx(head["tflops"] / head["cublas_tflops"], rel=1e-9)
-    # the notebook's figures cell quotes the file when it lies in data/measurements[/labs] of a parent folder
-    (tmp_path / "data" / "measurements" / "labs").mkdir(parents=True)
-    (tmp_path / "data" / "measurements" / "labs" / "lab2_h100.json").write_text(json.dumps(data))
-    work = tmp_path / "labs" / "lab2"
-    work.mkdir(parents=True)
-    monkeypatch.chdir(work)
-    scope = {"json": json, "Path": Path, "mlsys": mlsys}
-    buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
-        exec(_source(_cell("reference_figures")), scope)
-    printed = buf.getvalue()
-    assert data["device"]["name"] in printed and data["date"][:10] in printed
-    assert f"{100 * head['ratio']:.0f}% of torch.matmul" in printed and "tiled 64x64" in printed
+    # the ratio is cuBLAS time / kernel time = kernel throughput / cuBLAS throughput at the same size
+    assert head["ratio"] == pytest.approx(head["throughput"]["value"] / head["cublas_throughput"]["value"], rel=1e-9)
 
 
 def test_figures_cell_copes_without_the_file(tmp_path, monkeypatch):

@@ -1,18 +1,16 @@
 """Lab 3 (kernel fusion): the notebook's structure, its reference kernels and its GPU script, on a CPU.
 
 The kernels are taken from the instructor notebook itself (the cells with the kernels' grade_ids,
-loaded by ``scripts/gpu/lab3_bench.py``) and run under the Triton interpreter. Expected values are
+loaded by the experiment ``mlsys.bench.experiments.lab3_fusion``) and run under the Triton interpreter. Expected values are
 worked out by hand in the comments, or come from PyTorch's own ops (an independent implementation).
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
 import re
-import sys
 from pathlib import Path
 
 import pytest
@@ -28,19 +26,13 @@ from mlsys.course import grading  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOK = REPO / "labs" / "source" / "lab3_fusion" / "lab3_fusion.ipynb"
-BENCH = REPO / "scripts" / "gpu" / "lab3_bench.py"
+BENCH = REPO / "mlsys" / "bench" / "experiments" / "lab3_fusion.py"
 DEVICE = mlsys.course.device.default_device()
 
 
-def _load_bench():
-    spec = importlib.util.spec_from_file_location("lab3_bench", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["lab3_bench"] = module
-    spec.loader.exec_module(module)
-    return module
+from mlsys.bench.experiments import lab3_fusion as bench  # noqa: E402
+from mlsys.course.nbexec import run_cells  # noqa: E402
 
-
-bench = _load_bench()
 ns = bench.load_kernels(NOTEBOOK)
 fused_relu_affine = ns["fused_relu_affine"]
 fused_softmax = ns["fused_softmax"]
@@ -226,7 +218,7 @@ def _graded(records: list[dict]) -> dict[str, dict]:
 @pytest.mark.slow
 def test_instructor_version_passes_every_check(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # no data/measurements here: the reference cell must cope
-    graded = _graded(bench.run_notebook(NOTEBOOK))
+    graded = _graded(run_cells(NOTEBOOK, echo=True))
     assert graded and all(r["status"] == "ok" for r in graded.values()), graded
     for name, r in graded.items():
         if name.startswith("perf_") and not grading.has_cuda():
@@ -239,7 +231,7 @@ def test_student_version_fails_every_correctness_check(tmp_path):
     nb["cells"] = _stub_solutions(nb["cells"])
     stub = tmp_path / "lab3_fusion.ipynb"
     stub.write_text(json.dumps(nb), encoding="utf-8")
-    graded = _graded(bench.run_notebook(stub))
+    graded = _graded(run_cells(stub, echo=True))
     assert {"test_predict", "test_count_kernels", "test_fused_elementwise", "test_softmax",
             "test_softmax_stable"} <= set(graded)
     for name, r in graded.items():
@@ -248,33 +240,16 @@ def test_student_version_fails_every_correctness_check(tmp_path):
 
 
 @pytest.mark.slow
-def test_bench_script_tiny_run_and_reference_cell(tmp_path, monkeypatch):
-    out = tmp_path / "out"
-    monkeypatch.setattr(sys, "argv", ["lab3_bench.py", "--tiny", "--no-notebook", "--out", str(out)])
-    bench.main()
-    data = json.loads((out / "lab3_h100.json").read_text())
-    assert data["schema"] == "lab3-fusion/1" and data["copy_bandwidth"]["unit"] == "byte/s"
+def test_experiment_quick_run_on_the_cpu():
+    from mlsys.bench.experiment import run
+
+    data = run("lab3_fusion", quick=True, device="cpu")["results"]
+    assert data["copy_bandwidth"]["unit"] == "byte/s"
     row = data["elementwise"][0]
     # relu(x)*0.5+1.0 on 1000 fp32 elements: unfused 6 * 4000 B, fused 2 * 4000 B
     assert row["traffic_model"]["unfused"]["value"] == 24000 and row["traffic_model"]["fused"]["value"] == 8000
     for r in data["elementwise"] + data["softmax"]:
         assert r["triton"]["time"]["value"] > 0 and r["triton"]["time"]["unit"] == "s"
-    # the notebook's last cell quotes the file when it lies in data/measurements/labs of a parent folder
-    (tmp_path / "data" / "measurements" / "labs").mkdir(parents=True)
-    (tmp_path / "data" / "measurements" / "labs" / "lab3_h100.json").write_text(json.dumps(data))
-    work = tmp_path / "labs" / "lab3"
-    work.mkdir(parents=True)
-    monkeypatch.chdir(work)
-    cell = next(c for c in _cells() if c["metadata"].get("nbgrader", {}).get("grade_id") == "reference_figures")
-    scope = {"json": json, "Path": Path, "mlsys": mlsys}
-    import contextlib
-    import io
-
-    buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
-        exec(_source(cell), scope)
-    printed = buf.getvalue()
-    assert data["device"]["name"] in printed and "softmax" in printed and "relu(x)*0.5+1.0" in printed
 
 
 def test_bench_loads_the_notebook_kernels_not_a_copy():
