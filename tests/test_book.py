@@ -106,3 +106,25 @@ def test_figure_lint_catches_typed_numbers():
 
 def test_tooling_present():
     assert shutil.which("jupyter-book", path=str(ROOT / ".venv" / "bin")) or shutil.which("jupyter-book")
+
+
+def _notebook_pages() -> list[Path]:
+    return [ROOT / f"{e}.ipynb" for e in _toc_files() if (ROOT / f"{e}.ipynb").exists()]
+
+
+@pytest.mark.parametrize("path", _notebook_pages(), ids=lambda p: p.stem)
+def test_no_book_page_shows_a_traceback(path):
+    """The book renders a lab page as stored (labs are excluded from execution): no error output may be stored."""
+    nb = nbformat.read(path, as_version=4)
+    bad = []
+    for i, cell in enumerate(nb.cells):
+        for out in cell.get("outputs", []):
+            text = out.get("text", "") if out.get("output_type") == "stream" else ""
+            if out.get("output_type") == "error" or "Traceback (most recent call last)" in text:
+                bad.append(f"cell {i}: {out.get('ename') or text[:80]}")
+    assert not bad, f"{path.relative_to(ROOT)} shows errors in the book: {bad}"
+
+
+def test_lab_pages_are_not_executed_by_the_book():
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())
+    assert "labs/*" in config["execute"]["exclude_patterns"], "executing a blank student lab shows its tracebacks"
