@@ -139,7 +139,7 @@ vendor = "V"
 architecture = "A"
 year = 2024
 memory_bandwidth = {{ value = 1, unit = "{bw_unit}", source = "s" }}
-memory_capacity = {{ value = 1, unit = "GB", source = "s" }}
+memory_capacity = {{ value = 1, unit = "{mem_unit}", source = "s" }}
 [accelerator.peak_flops]
 bf16 = {{ value = {peak}, unit = "TFLOP/s", source = "{src}" }}
 [accelerator.sources.s]
@@ -154,18 +154,123 @@ date = "2024-01"
     [
         ({"bw_unit": "TFLOP/s", "peak": 1, "src": "s"}, "does not convert to byte/s"),
         ({"bw_unit": "TB/s", "peak": -1, "src": "s"}, "positive number"),
+        ({"bw_unit": "TB/s", "peak": "inf", "src": "s"}, "finite positive number"),
+        ({"bw_unit": "TB/s", "peak": "nan", "src": "s"}, "finite positive number"),
         ({"bw_unit": "TB/s", "peak": 1, "src": "nope"}, "source 'nope'"),
+        ({"bw_unit": "TB/s", "peak": 1, "src": "s", "mem_unit": "GB"}, "unit 'GB' is decimal"),
+        ({"bw_unit": "TB/s", "peak": 1, "src": "s", "mem_unit": "MB"}, "binary"),
     ],
 )
 def test_data_file_is_validated(tmp_path, fields, message):
     path = tmp_path / "bad.toml"
-    path.write_text(BASE.format(**fields))
+    path.write_text(BASE.format(**{"mem_unit": "GiB", **fields}))
     with pytest.raises(SpecError, match=message):
         load(path)
 
 
 def test_valid_custom_data_file_loads(tmp_path):
     path = tmp_path / "ok.toml"
-    path.write_text(BASE.format(bw_unit="TB/s", peak=100, src="s"))
+    path.write_text(BASE.format(bw_unit="TB/s", peak=100, src="s", mem_unit="GiB"))
     acc = load(path)["X1"]
     assert acc.ridge_point("bf16").m == pytest.approx(100)  # 100e12 FLOP/s / 1e12 byte/s
+
+
+def test_duplicate_name_is_refused(tmp_path):
+    path = tmp_path / "dup.toml"
+    one = BASE.format(bw_unit="TB/s", peak=1, src="s", mem_unit="GiB")
+    path.write_text(one + one)
+    with pytest.raises(SpecError, match="'X1' appears twice"):
+        load(path)
+
+
+INTERCONNECT = BASE + """
+"""
+
+
+@pytest.mark.parametrize(
+    ("line", "expected_gbs", "message"),
+    [
+        ('{{ value = 900, unit = "GB/s", direction = "bidirectional", source = "s" }}', 450, None),
+        ('{{ value = 450, unit = "GB/s", direction = "per_direction", source = "s" }}', 450, None),
+        ('{{ value = 900, unit = "GB/s", source = "s" }}', None, "direction must be one of"),
+        ('{{ value = 900, unit = "GB/s", direction = "both", source = "s" }}', None, "direction must be one of"),
+    ],
+)
+def test_interconnect_direction_is_explicit(tmp_path, line, expected_gbs, message):
+    text = BASE.format(bw_unit="TB/s", peak=1, src="s", mem_unit="GiB")
+    text = text.replace("[accelerator.peak_flops]", "interconnect_bandwidth = " + line.replace("{{", "{").replace("}}", "}")
+                        + "\n[accelerator.peak_flops]")
+    path = tmp_path / "ic.toml"
+    path.write_text(text)
+    if message:
+        with pytest.raises(SpecError, match=message):
+            load(path)
+    else:
+        assert load(path)["X1"].interconnect_bandwidth.to("GB/s").m == pytest.approx(expected_gbs)
+
+
+def test_direction_only_on_interconnect(tmp_path):
+    text = BASE.format(bw_unit="TB/s", peak=1, src="s", mem_unit="GiB").replace(
+        'unit = "TB/s", source = "s"', 'unit = "TB/s", direction = "bidirectional", source = "s"')
+    path = tmp_path / "d.toml"
+    path.write_text(text)
+    with pytest.raises(SpecError, match="only interconnect_bandwidth"):
+        load(path)
+
+
+def test_missing_data_file_is_a_spec_error(tmp_path):
+    with pytest.raises(SpecError, match="does not exist"):
+        load(tmp_path / "nope.toml")
+
+
+def test_memory_and_cache_sizes_are_binary_everywhere():
+    # One convention across all chips: every size is a whole number of KiB (the H100's 50 MiB L2
+    # would be 50,000,000 B, not a multiple of 1024, if it were stored as decimal MB).
+    for acc in hardware.all_accelerators():
+        for figure in hardware.BINARY_FIGURES:
+            q = getattr(acc, figure)
+            if q is not None:
+                assert format(q.units, "~") in ("B", "KiB", "MiB", "GiB", "TiB"), (acc.name, figure, q)
+                assert q.to("byte").m % 1024 == 0, (acc.name, figure)
+
+
+# Vendor figures, typed in from the documents: sizes as printed (decimal wording) and as stored (binary).
+def test_h100_sizes_are_binary_with_the_datasheet_wording_kept():
+    h100 = hardware.get("H100")
+    assert h100.l2_cache.to("byte").m == 50 * 2**20  # 52,428,800 B, the device's own L2 size
+    assert h100.memory_capacity.to("byte").m == 80 * 2**30
+    assert "80 GB" in h100.notes["memory_capacity"]
+    assert "50 MB" in h100.notes["l2_cache"]
+    assert hardware.get("A100").l2_cache.to("byte").m == 40 * 2**20
+
+
+def _device_reading(slug):
+    """The device block recorded by mlsys.bench for ``slug`` (flat or per-device folder layout)."""
+    import json
+
+    from mlsys.bench import records
+
+    for path in (records.data_dir() / slug / "roofs.json", records.data_dir() / f"{slug}.json"):
+        if path.exists():
+            return json.loads(path.read_text(encoding="utf-8"))["device"]
+    pytest.skip(f"no recorded device reading for {slug}")
+
+
+@pytest.mark.parametrize(("slug", "name"), [("nvidia-h100-80gb-hbm3", "H100-SXM"), ("nvidia-h200", "H200-SXM")])
+def test_recorded_device_readings_agree_with_the_data_file(slug, name):
+    """torch.cuda.get_device_properties, recorded with provenance, against the binary figures.
+
+    ``total_memory`` is the memory the driver lets CUDA use: the HBM stacks hold 80 GiB (H100) /
+    141 GiB usable of 144 GiB (H200), and ECC bookkeeping and the driver's reserve take about 1%,
+    so the reading must lie between 98.5% and 100% of the stored figure. Had the file kept the
+    decimal "80 GB" (74.5 GiB), the reading would exceed it by 6%: it is checked below as well.
+    """
+    dev = _device_reading(slug)
+    acc = hardware.get(name)
+    memory = dev["memory"]["value"]
+    stored = acc.memory_capacity.to("byte").m
+    assert 0.985 * stored <= memory <= stored, (memory / 2**30, stored / 2**30)
+    decimal = float(acc.notes["memory_capacity"].split("datasheet: ")[1].split(" GB")[0]) * 1e9
+    assert memory > decimal * 1.04  # the decimal reading of the datasheet is wrong by more than 4%
+    if acc.l2_cache is not None:
+        assert dev["l2_cache"]["value"] == acc.l2_cache.to("byte").m  # exact: 50 MiB on the H100
