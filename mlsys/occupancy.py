@@ -143,8 +143,9 @@ def occupancy(
                          f"{lim.max_registers_per_thread}")
     smem = positive(shared_memory_per_block, "byte", "shared_memory_per_block", allow_zero=True).to("byte")
     if smem > lim.max_shared_memory_per_block:
-        raise ValueError(f"shared_memory_per_block={smem.to('KiB'):.1f~P} exceeds the per-block "
-                         f"maximum of {lim.max_shared_memory_per_block.to('KiB'):~P} "
+        raise ValueError(f"shared_memory_per_block={smem.m:,.0f} B exceeds the per-block "
+                         f"maximum of {lim.max_shared_memory_per_block.m:,.0f} B "
+                         f"({lim.max_shared_memory_per_block.to('KiB'):~P}) "
                          f"(compute capability {lim.compute_capability})")
 
     warps = math.ceil(threads_per_block / lim.warp_size)
