@@ -63,6 +63,12 @@ ARCH_LIMITS: dict[str, dict[str, Any]] = {
                "max_blocks_per_sm": 32, "max_shared_memory_per_block_kib": 227},
     "Ampere": {"compute_capability": "8.0", "max_threads_per_sm": 2048, "max_warps_per_sm": 64,
                "max_blocks_per_sm": 32, "max_shared_memory_per_block_kib": 163},
+    "Ada Lovelace": {"compute_capability": "8.9", "max_threads_per_sm": 1536, "max_warps_per_sm": 48,
+                     "max_blocks_per_sm": 24, "max_shared_memory_per_block_kib": 99},
+    "Turing": {"compute_capability": "7.5", "max_threads_per_sm": 1024, "max_warps_per_sm": 32,
+               "max_blocks_per_sm": 16, "max_shared_memory_per_block_kib": 64},
+    "Volta": {"compute_capability": "7.0", "max_threads_per_sm": 2048, "max_warps_per_sm": 64,
+              "max_blocks_per_sm": 32, "max_shared_memory_per_block_kib": 96},
 }
 
 

@@ -75,6 +75,7 @@ SIGNATURES: list[Sig] = [
     (serving.kv_cache_bytes, {"model": ("c", "gpt2"), "tokens": ("n", 1), "batch": ("n", 1)}),
     (serving.decode_step_time, {"model": ("c", "gpt2"), "context": ("n", 0), "accel": ("c", "H100"), "batch": ("n", 1)}),
     (serving.prefill_time, {"model": ("c", "gpt2"), "prompt_tokens": ("n", 1), "accel": ("c", "H100"), "batch": ("n", 1)}),
+    (serving.max_batch_in_memory, {"model": ("c", "gpt2"), "accel": ("c", "H100"), "tokens": ("n", 1)}),
     (serving.decode_critical_batch, {"model": ("c", "gpt2"), "accel": ("c", "H100"), "context": ("n", 0)}),
     (training_memory.model_state_bytes, {"params": ("n", 1), "dp": ("n", 1)}),
     (training_memory.activation_bytes_per_layer, {"seq_len": ("n", 1), "micro_batch": ("n", 1), "hidden": ("n", 1),
