@@ -68,6 +68,19 @@ def main() -> int:
         error_on_timeout=job.get("error_on_timeout"), extra_arguments=["--HistoryManager.hist_file=:memory:"],
         resources={"metadata": {"path": os.getcwd()}}, record_timing=False,
     )
+
+    def on_executed(cell: Any, cell_index: int, execute_reply: dict[str, Any], **_: Any) -> None:
+        # an error whose traceback was hidden (a custom exception handler, a cleared output) still costs the cell
+        content = (execute_reply or {}).get("content", {})
+        status[cell_index] = str(content.get("status", "unknown"))
+        if content.get("status") == "error" and not any(o.get("output_type") == "error" for o in cell.outputs):
+            ename = content.get("ename") or "Error"
+            why = ("the cell ran past the per-cell time limit and did not stop when interrupted"
+                   if ename == "CellTimeoutError" else f"{content.get('evalue', '')} (the cell raised; its traceback was hidden)")
+            cell.outputs.append(nbformat.from_dict(error_output(ename, why)))
+
+    status: dict[int, str] = {}
+    client.on_cell_executed = on_executed
     died: int | None = None
     try:
         with client.setup_kernel():
@@ -85,7 +98,8 @@ def main() -> int:
                     cell.outputs.append(nbformat.from_dict(error_output("KernelDied", DIED)))
                 except Exception as exc:  # nbclient's own failures cost this cell, not the notebook
                     cell.outputs.append(nbformat.from_dict(error_output(type(exc).__name__, str(exc)[:500])))
-                emit({"index": index, "outputs": cell.outputs, "execution_count": cell.get("execution_count")})
+                emit({"index": index, "outputs": cell.outputs, "execution_count": cell.get("execution_count"),
+                      "status": status.get(index, "no reply")})
     except DeadKernelError:
         died = -1 if died is None else died
     except Exception as exc:  # the kernel did not start, say why

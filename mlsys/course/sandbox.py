@@ -183,14 +183,14 @@ def command(argv: list[str], scratch: Path, site: Path, *, limits: Limits | None
                                                         for p in ("/usr", "/bin", "/lib", "/opt")):
             args += ["--ro-bind", prefix, prefix]
     args += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--tmpfs", "/home",
-             "--ro-bind", str(site), "/opt/mlsys-site", "--bind", str(scratch), INSIDE_HOME, "--chdir", INSIDE_HOME]
+             "--ro-bind", str(site), "/sandbox/site", "--bind", str(scratch), INSIDE_HOME, "--chdir", INSIDE_HOME]
     if gpu:
         for node in _gpu_nodes():
             args += ["--dev-bind", node, node]
         args += ["--ro-bind", "/sys", "/sys"]
     variables = {
         "HOME": INSIDE_HOME, "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
-        "PYTHONPATH": "/opt/mlsys-site", "PYTHONNOUSERSITE": "1", "PYTHONHASHSEED": "0", "MPLBACKEND": "Agg",
+        "PYTHONPATH": "/sandbox/site", "PYTHONNOUSERSITE": "1", "PYTHONHASHSEED": "0", "MPLBACKEND": "Agg",
         "TMPDIR": "/tmp", "JUPYTER_RUNTIME_DIR": "/tmp/jupyter-runtime", "JUPYTER_PLATFORM_DIRS": "1",
         "IPYTHONDIR": "/tmp/ipython", "MPLCONFIGDIR": "/tmp/mpl", "TRITON_CACHE_DIR": "/tmp/triton",
         "PYDEVD_DISABLE_FILE_VALIDATION": "1", "LANG": "C.UTF-8",

@@ -208,6 +208,11 @@ class SandboxedExecute(Execute):
             if i in got:
                 cell.outputs = [nbformat.from_dict(o) for o in got[i].get("outputs", [])]
                 cell.execution_count = got[i].get("execution_count")
+                status = got[i].get("status")
+                if status != "ok" and not any(o.get("output_type") == "error" for o in cell.outputs):
+                    # points need a kernel that said "ok": a cell without outputs would otherwise earn them
+                    cell.outputs.append(nbformat.from_dict(error_output(
+                        "NotCompleted", f"the kernel did not report this cell as completed (status: {status})")))
             else:
                 report["not_run"] += 1
                 cell.outputs = [nbformat.from_dict(error_output(
