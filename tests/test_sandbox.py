@@ -138,6 +138,7 @@ def test_no_sandbox_is_logged_loudly(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(sandbox, "build_site", lambda dest: dest)  # nothing to grade: skip the install
     root = tmp_path / "course"
     (root / "source").mkdir(parents=True)
+    (root / "nbgrader_config.py").write_text("c = get_config()\n")
     rows = teach.grade(root, use_sandbox=False, verbose=False)
     assert rows == []
     err = capsys.readouterr().err
