@@ -395,6 +395,8 @@ def _report_notes(row: Row, report: dict[str, Any], timeout: float) -> None:
                          "cells before keep their points")
     elif report.get("fatal"):
         row.notes.append(f"grading stopped early: {report['fatal']}")
+    for gid in report.get("legacy_perf", []):
+        row.notes.append(f"{gid}: measured by the notebook itself (no perf.toml entry), not by the trusted process")
     for gid, v in sorted(report.get("perf", {}).items()):
         if v.get("reason"):
             row.notes.append(f"{gid}: {v['reason']}")

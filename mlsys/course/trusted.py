@@ -13,6 +13,7 @@ A lab with performance points keeps a spec next to its instructor notebook,
     dtype = "float16"                      # torch dtype name of every argument
     reference = "torch.matmul(a, b)"       # expression in torch and the argument names
     baseline = "reference"                 # time the reference ("reference") or a copy of the arguments ("copy")
+    baseline_expr = "torch.matmul(a, b)"   # optional: what is timed when baseline = "reference" (default: reference)
     forbid = "matmul"                      # aten ops the function may not run: "matmul" (mm, bmm, addmm, sdpa,
                                            #  all_reduce, ...) or "compute" (anything but allocation and views)
     full_at = 0.5                          # share of the baseline that earns full credit ...
@@ -54,7 +55,7 @@ import json
 import math
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -103,12 +104,12 @@ class PerfCase:
     atol: float = 1e-2
     repeats: int = 20
     warmup: int = 3
-    extra: dict[str, Any] = field(default_factory=dict)
+    baseline_expr: str = ""
 
     @classmethod
     def from_dict(cls, grade_id: str, d: dict[str, Any]) -> PerfCase:
         known = {"function", "points", "args", "quick_args", "dtype", "reference", "baseline", "forbid", "full_at",
-                 "zero_at", "rtol", "atol", "repeats", "warmup"}
+                 "zero_at", "rtol", "atol", "repeats", "warmup", "baseline_expr"}
         missing = {"function", "points", "args", "dtype", "reference"} - set(d)
         if missing:
             raise ValueError(f"perf spec [{grade_id}]: missing keys {sorted(missing)}")
@@ -131,7 +132,8 @@ class PerfCase:
                    dtype=str(d["dtype"]), reference=str(d["reference"]), baseline=d.get("baseline", "reference"),
                    forbid=d.get("forbid", "matmul"), full_at=float(d.get("full_at", 0.5)),
                    zero_at=float(d.get("zero_at", 0.0)), rtol=float(d.get("rtol", 1e-2)),
-                   atol=float(d.get("atol", 1e-2)), repeats=int(d.get("repeats", 20)), warmup=int(d.get("warmup", 3)))
+                   atol=float(d.get("atol", 1e-2)), repeats=int(d.get("repeats", 20)), warmup=int(d.get("warmup", 3)),
+                   baseline_expr=str(d.get("baseline_expr", "")))
 
 
 def load_spec(path: Path | str) -> dict[str, PerfCase]:
@@ -323,6 +325,7 @@ def _prepare(cap: _Captured, case: PerfCase, seed: int) -> _Prepared:
                      for shape in shapes.values())
 
     ref_fn = eval(f"lambda {', '.join(shapes)}: {case.reference}", {"torch": torch})  # the teacher's spec
+    timed_ref = eval(f"lambda {', '.join(shapes)}: {case.baseline_expr}", {"torch": torch}) if case.baseline_expr else ref_fn
     timing_args = make()
     timing_ref = ref_fn(*timing_args)
     fresh = []
@@ -338,7 +341,7 @@ def _prepare(cap: _Captured, case: PerfCase, seed: int) -> _Prepared:
                 copy_(d, a)
     else:
         def base() -> Any:
-            return ref_fn(*timing_args)
+            return timed_ref(*timing_args)
     baseline_s = cap.timer(base, "baseline", case.repeats, case.warmup)
     return _Prepared(case, timing_args, timing_ref, fresh, baseline_s)
 
@@ -394,7 +397,7 @@ def grade_case(cap: _Captured, prep: _Prepared, namespace: dict[str, Any]) -> di
         return _verdict(case, 0.0, f"refused: the timer returned {mine_s!r} s", [])
     share = prep.baseline_s / mine_s
     credit = min(1.0, max(0.0, (share - case.zero_at) / (case.full_at - case.zero_at)))
-    what = "a copy of its inputs" if case.baseline == "copy" else case.reference
+    what = "a copy of its inputs" if case.baseline == "copy" else (case.baseline_expr or case.reference)
     timer = "fake timer (CI)" if cap.fake else f"time_fn on {cap.device}"
     lines = [f"{case.function}: {mine_s * 1e3:.4g} ms, baseline ({what}): {prep.baseline_s * 1e3:.4g} ms, "
              f"share {share:.3g} (full credit at {case.full_at:g}, none at {case.zero_at:g}) -> credit "
