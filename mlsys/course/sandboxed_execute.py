@@ -20,7 +20,7 @@ teach) is in the environment:
 Settings (keys of ``MLSYS_SANDBOX``): ``mode`` ("bwrap" | "none"), ``site`` (read-only mlsys
 install), ``scratch`` (parent of scratch folders), ``wall`` (seconds for the whole submission),
 ``perf`` ("off" | "cuda" | "fake"), ``cases`` (the lab's perf.toml as a dict), ``report`` (path),
-``limits`` (:class:`mlsys.course.sandbox.Limits` fields).
+``limits`` (:class:`mlsys.course.sandbox.Limits` fields), ``gpu`` (pass the GPU into the sandbox).
 """
 
 from __future__ import annotations
@@ -70,7 +70,8 @@ def run_in_sandbox(module: str, job: dict[str, Any], scratch: Path, settings: di
     env = None
     if settings.get("mode") == "bwrap":
         limits = sandbox.Limits(**settings.get("limits", {}))
-        argv = sandbox.command(argv, scratch, Path(settings["site"]), limits=limits, gpu=settings.get("perf") == "cuda")
+        argv = sandbox.command(argv, scratch, Path(settings["site"]), limits=limits,
+                               gpu=bool(settings.get("gpu")) or settings.get("perf") == "cuda")
     else:
         env = {k: v for k, v in os.environ.items() if not k.startswith("MLSYS_SANDBOX")}
         env.update(PYTHONPATH=settings["site"], HOME=str(scratch), MPLBACKEND="Agg", PYTHONHASHSEED="0")

@@ -370,6 +370,7 @@ class _RunSettings:
     site: Path
     scratch: Path
     perf: str  # "off" | "cuda" | "fake"
+    gpu: bool = False  # CUDA present: the GPU is passed into every sandbox
     limits: sandbox.Limits = field(default_factory=sandbox.Limits)
 
 
@@ -455,7 +456,7 @@ def _grade_one(student: str, lab: str, labdir: Path, base: Path, work: Path, roo
     report_path = course / "sandbox_report.json"
     settings = {"mode": run.mode, "site": str(run.site), "scratch": str(run.scratch), "wall": timeout,
                 "perf": run.perf, "cases": _perf_cases(root, lab), "report": str(report_path),
-                "limits": asdict(run.limits)}
+                "limits": asdict(run.limits), "gpu": run.gpu}
     env = {"MLSYS_SANDBOX": json.dumps(settings)}
     rc, out = _run(["autograde", lab, "--student", student, "--create", "--force", "--db", db, *extra],
                    course, timeout + 120, course / "autograde.log", env=env)
@@ -499,6 +500,12 @@ def _grade_one(student: str, lab: str, labdir: Path, base: Path, work: Path, roo
 def _finish(row: Row) -> Row:
     row.summary = summarize(row)
     return row
+
+
+def _has_cuda() -> bool:
+    from .device import has_cuda
+
+    return has_cuda()
 
 
 def _perf_mode(perf: str | None) -> str:
@@ -563,7 +570,7 @@ def grade(root: Path | None = None, *, submitted: Path | None = None, out_csv: P
         scratch = Path(tmp) / "scratch"
         scratch.mkdir()
         run = _RunSettings(mode="bwrap" if use_sandbox else "none", site=sandbox.build_site(Path(tmp) / "site"),
-                           scratch=scratch, perf=_perf_mode(perf), limits=limits or sandbox.Limits())
+                           scratch=scratch, perf=_perf_mode(perf), limits=limits or sandbox.Limits(), gpu=_has_cuda())
         for p in run.site.rglob("*"):  # read-only for everyone: the sandbox binds it read-only as well
             if p.is_file():
                 p.chmod(0o444)
