@@ -5,6 +5,10 @@
 * :mod:`mlsys.course.grading`: helpers the labs' test cells call.
 * :mod:`mlsys.course.nbexec`: the one way to run a notebook's cells outside Jupyter.
 * :mod:`mlsys.course.teach`: release and grade labs (``python -m mlsys.course.teach``).
+* :mod:`mlsys.course.sandbox`: the bubblewrap sandbox each submission runs in; :mod:`mlsys.course.cellrunner`
+  (inside it) and :mod:`mlsys.course.sandboxed_execute` (nbgrader's execution step, moved into it).
+* :mod:`mlsys.course.trusted`: performance credit measured by trusted code (``grade_performance``, perf.toml).
+* :mod:`mlsys.course.audit`: the static audit of answer cells behind the ``flags`` column.
 
 This room may import the models (``mlsys.*``) and measurement (``mlsys.bench``); neither imports it.
 """
@@ -14,7 +18,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-_SUBMODULES = ("claims", "device", "grading", "nbexec", "teach")
+_SUBMODULES = ("audit", "cellrunner", "claims", "device", "grading", "nbexec", "sandbox", "sandboxed_execute", "teach",
+               "trusted")
 __all__ = list(_SUBMODULES)
 
 
