@@ -3,6 +3,8 @@
 * :mod:`mlsys.course.claims`: ``check`` (a claim the prose makes; a false one fails the build) and ``fmt``.
 * :mod:`mlsys.course.device`: ``setup()`` (Triton's interpreter where there is no CUDA) and ``has_cuda``.
 * :mod:`mlsys.course.grading`: helpers the labs' test cells call.
+* :mod:`mlsys.course.checks`: guarded kernel runs (out-of-bounds feedback) and checks for silent mistakes.
+* :mod:`mlsys.course.site`: the repository URL (from `_config.yml`) and what the labs generate from it.
 * :mod:`mlsys.course.nbexec`: the one way to run a notebook's cells outside Jupyter.
 * :mod:`mlsys.course.teach`: release and grade labs (``python -m mlsys.course.teach``).
 
@@ -14,7 +16,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-_SUBMODULES = ("claims", "device", "grading", "nbexec", "teach")
+_SUBMODULES = ("checks", "claims", "device", "grading", "nbexec", "site", "teach")
 __all__ = list(_SUBMODULES)
 
 
