@@ -5,6 +5,7 @@
 * :mod:`mlsys.course.grading`: helpers the labs' test cells call.
 * :mod:`mlsys.course.checks`: guarded kernel runs (out-of-bounds feedback) and checks for silent mistakes.
 * :mod:`mlsys.course.site`: the repository URL (from `_config.yml`) and what the labs generate from it.
+* :mod:`mlsys.course.labdata`: the recorded GPU figures a lab shows beside the learner's own.
 * :mod:`mlsys.course.nbexec`: the one way to run a notebook's cells outside Jupyter.
 * :mod:`mlsys.course.teach`: release and grade labs (``python -m mlsys.course.teach``).
 
@@ -16,7 +17,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-_SUBMODULES = ("checks", "claims", "device", "grading", "nbexec", "site", "teach")
+_SUBMODULES = ("checks", "claims", "device", "grading", "labdata", "nbexec", "site", "teach")
 __all__ = list(_SUBMODULES)
 
 

@@ -230,13 +230,14 @@ class Tracker:
         import numpy as np
 
         self.load_instructions += 1
-        for g in self.guards:
-            lo, hi = g.address_range()
+        if not hasattr(self, "_layout"):  # address range, element size and in-view mask of each guard, once
+            self._layout = [(g, *g.address_range(), g.buffer.element_size(), g.inside().cpu().numpy())
+                            for g in self.guards]
+        for g, lo, hi, size, inside in self._layout:
             hit = addrs[(addrs >= lo) & (addrs < hi)]
             if not hit.size:
                 continue
-            elem = (hit - lo) // g.buffer.element_size()
-            inside = g.inside().cpu().numpy()
+            elem = (hit - lo) // size
             in_view = inside[elem]
             self.reads[g.name] += int(in_view.sum())
             out = elem[~in_view]
@@ -422,6 +423,9 @@ def _packed_call(*args: Any) -> dict[str, Any]:
     """:func:`_guarded_call` with the result serialised to bytes (a tensor crosses the pipe as plain data)."""
     import io
 
+    # A forked child must not wait on the parent's thread pools (OpenMP, BLAS): their worker threads
+    # do not exist here, and a parallel region would block forever. One thread is plenty for small checks.
+    _torch().set_num_threads(1)
     out = _guarded_call(*args)
     torch = _torch()
     if isinstance(out["result"], torch.Tensor):
