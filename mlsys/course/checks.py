@@ -215,13 +215,13 @@ class Tracker:
         tracker = self
         orig = self._orig
 
-        def create_masked_load(b, ptrs, mask, other, *args):
+        def create_masked_load(b, ptrs, mask, other, *args, **kwargs):
             addrs = np.asarray(ptrs.data).reshape(-1).astype(np.int64)
             live = np.asarray(mask.data).reshape(-1).astype(bool) if mask is not None else np.ones(addrs.shape, bool)
             if live.shape != addrs.shape:
                 live = np.broadcast_to(np.asarray(mask.data), np.asarray(ptrs.data).shape).reshape(-1).astype(bool)
             tracker._record(addrs[live])
-            return orig(b, ptrs, mask, other, *args)
+            return orig(b, ptrs, mask, other, *args, **kwargs)
 
         builder.create_masked_load = create_masked_load
         return self
@@ -332,8 +332,12 @@ def _positions(g: Guarded, flat: Any) -> list[int]:
     return [int(i) - g.offset for i in flat]
 
 
-def _inspect(label: str, guards: Sequence[Guarded], tracker: Tracker | None) -> GuardReport:
+def _inspect(label: str, guards: Sequence[Guarded], tracker: Tracker | None, result: Any = None) -> GuardReport:
+    """Compare every guard with its sentinel; ``result`` is what the call returned (an output buffer
+    counts as unwritten only if the result lives in it: a launcher that returns another tensor is
+    judged by its values instead)."""
     torch = _torch()
+    result_storage = result.untyped_storage().data_ptr() if isinstance(result, torch.Tensor) else None
     rep = GuardReport(label)
     for g in guards:
         inside = g.inside()
@@ -353,7 +357,8 @@ def _inspect(label: str, guards: Sequence[Guarded], tracker: Tracker | None) -> 
             same = (now == g.original) | (torch.isnan(now) & torch.isnan(g.original))
             if not bool(same.all()):
                 rep.modified_inputs.append(g.name)
-        if g.role == "output" and g.original is None and g.view.numel():
+        if (g.role == "output" and g.original is None and g.view.numel()
+                and g.buffer.untyped_storage().data_ptr() == result_storage):
             left = g.view == g.sentinel
             n = int(left.sum())
             if n:
@@ -413,7 +418,7 @@ def _guarded_call(fn: Callable[..., Any], inputs: Sequence[Any], names: Sequence
     except Exception as exc:  # the learner's code: report, never propagate raw
         error = explain_exception(label, exc)
     all_guards = real + capture.captured
-    rep = _inspect(label, all_guards, tracker)
+    rep = _inspect(label, all_guards, tracker, result)
     if isinstance(result, torch.Tensor):
         result = result.detach().clone()
     return {"result": result, "report": rep, "error": error, "tracked": tracker.active}

@@ -116,11 +116,16 @@ def apply(nb: dict[str, Any], lab: str, url: str | None = None, branch: str | No
         raise ValueError(f"{lab}: expected an 'Open In Colab' badge in the first markdown cell")
     if code is None or BEGIN not in _src(code) or END not in _src(code):
         raise ValueError(f"{lab}: expected the first code cell to hold the install block ({BEGIN!r} ... {END!r})")
-    md["source"] = _BADGE.sub(lambda _m: colab_badge(lab, url, branch), _src(md), count=1)
+    _set(md, _BADGE.sub(lambda _m: colab_badge(lab, url, branch), _src(md), count=1))
     src = _src(code)
     start, stop = src.index(BEGIN), src.index(END) + len(END)
-    code["source"] = src[:start] + install_block(url, branch) + src[stop:]
+    _set(code, src[:start] + install_block(url, branch) + src[stop:])
     return nb
+
+
+def _set(cell: dict[str, Any], text: str) -> None:
+    """Set a cell's source, keeping its form (one string, or a list of lines as nbgrader writes it)."""
+    cell["source"] = text.splitlines(keepends=True) if isinstance(cell["source"], list) else text
 
 
 def notebooks(root: Path | None = None, kinds: tuple[str, ...] = ("source", "release")) -> list[tuple[str, Path]]:
