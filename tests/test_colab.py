@@ -76,7 +76,7 @@ def test_apply_rewrites_a_fork_url_everywhere(tmp_path):
     text = json.dumps(nb)
     assert "https://colab.research.google.com/github/someone/my-fork/blob/course/labs/release/lab1_roofline/" in text
     assert "git+https://github.com/someone/my-fork@course" in text
-    assert "gpus-for-ml/gpus-for-ml" not in text
+    assert site.repository(REPO / "_config.yml")[0].removeprefix("https://github.com/") not in text
     with pytest.raises(ValueError, match="github.com/<owner>/<repo>"):
         cfg = tmp_path / "_config.yml"
         cfg.write_text("repository:\n  url: https://gitlab.com/x/y\n")
@@ -151,3 +151,30 @@ def test_setup_cell_and_first_exercise_in_a_fresh_colab_like_venv(tmp_path):
     assert "gpus-for-ml-mlsys" in added and "pint" in added
     assert added <= {"gpus-for-ml-mlsys", "pint", "flexcache", "flexparser", "platformdirs", "typing-extensions",
                      "typing_extensions"}, f"the setup cell installed more than the course needs: {sorted(added)}"
+
+
+def test_lab_pages_in_the_book_are_not_executed():
+    """Issue 18 item 16: the book shows the student version as written, not executed with tracebacks.
+
+    myst-nb skips a notebook whose path matches one of ``execute.exclude_patterns`` with
+    ``PurePosixPath.match`` (matching from the right), so every lab page in the table of contents
+    must match one, and no chapter may.
+    """
+    from pathlib import PurePosixPath
+
+    import yaml
+
+    config = yaml.safe_load((REPO / "_config.yml").read_text(encoding="utf-8"))
+    patterns = config["execute"]["exclude_patterns"]
+    assert config["execute"]["allow_errors"] is False and config["execute"]["execute_notebooks"] != "off"
+    toc = (REPO / "_toc.yml").read_text(encoding="utf-8")
+    files = re.findall(r"file:\s*(\S+)", toc)
+    labs = [f for f in files if f.startswith("labs/")]
+    assert labs, "expected lab pages in _toc.yml"
+    for f in files:
+        path = PurePosixPath(REPO.as_posix()) / (f + (".ipynb" if f.startswith("labs/") else ".md"))
+        excluded = any(path.match(p) for p in patterns)
+        assert excluded == f.startswith("labs/"), f"{f}: excluded from execution = {excluded}"
+        if f.startswith("labs/"):  # and a release notebook carries no outputs to show
+            nb = json.loads(Path(path).read_text(encoding="utf-8"))
+            assert all(not c.get("outputs") for c in nb["cells"] if c["cell_type"] == "code"), f
