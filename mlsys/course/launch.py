@@ -158,7 +158,7 @@ def launch(fn: Callable[..., Any], world_size: int, *args: Any, backend: str | N
         procs.append(p)
         conns.append(parent)
     label = getattr(fn, "__name__", "function")
-    results: dict[int, tuple[str, Any]] = {}
+    results: dict[int, tuple[str, Any]] = {}  # in the order the ranks finished
     deadline = time.monotonic() + timeout
     grace: float | None = None  # once a rank has failed, the others get a little longer, then are killed
     try:
@@ -193,11 +193,14 @@ def launch(fn: Callable[..., Any], world_size: int, *args: Any, backend: str | N
             p.join(5)
         for c in conns:
             c.close()
-    failed = {r: v for r, v in results.items() if v[0] != "ok"}
-    for r, (status, payload) in sorted(failed.items()):
+    # the first rank to fail is the cause; the others usually fail because it left
+    failed = [(r, v) for r, v in results.items() if v[0] != "ok"]
+    if failed:
+        r, (status, payload) = failed[0]
+        also = f" (then ranks {[f for f, _ in failed[1:]]} failed too)" if len(failed) > 1 else ""
         if status == "died":
-            raise LaunchError(f"{label}: rank {r} of {world_size} died (exit code {payload}) before returning a result")
-        raise LaunchError(f"{label}: rank {r} of {world_size} raised an exception:\n{payload}")
+            raise LaunchError(f"{label}: rank {r} of {world_size} died (exit code {payload}) before returning a result{also}")
+        raise LaunchError(f"{label}: rank {r} of {world_size} raised an exception{also}:\n{payload}")
     missing = [r for r in range(world_size) if r not in results]
     if missing:
         raise LaunchTimeout(

@@ -128,6 +128,19 @@ def label(kind: str, segments: int = 1, ngroups: int = 1) -> str:
     return f"ring{segments}" + (f"x{ngroups}" if ngroups > 1 else "")
 
 
+def _impl(impl: tuple, x: Any, b: list[int], buf: Any, groups: list[Any]) -> Any:
+    """The call to time for one implementation of :func:`time_allreduce` on tensor ``x``."""
+    import torch.distributed as dist
+
+    p, r = dist.get_world_size(), dist.get_rank()
+    if impl[0] == "library":
+        return lambda: dist.all_reduce(x)
+    if impl[0] == "p2p":
+        left = (r - 1) % p
+        return lambda: _exchange(x[b[r]:b[r + 1]], x[b[left]:b[left + 1]], (r + 1) % p, left, buf, False, 1)
+    return lambda: ring_allreduce(x, impl[1], groups[:impl[2]])
+
+
 def time_allreduce(sizes: list[int], impls: list[tuple], repeats: int, warmup: int) -> dict[str, Any]:
     """Median time of each implementation at each size (bytes of float32), on this rank.
 
@@ -141,7 +154,7 @@ def time_allreduce(sizes: list[int], impls: list[tuple], repeats: int, warmup: i
     from ..timing import time_fn
 
     dev = _device()
-    p, r = dist.get_world_size(), dist.get_rank()
+    p = dist.get_world_size()
     most = max([i[2] for i in impls if i[0] == "ring"] + [1])
     groups = [None] + [dist.new_group() for _ in range(most - 1)]
     out: dict[str, list[dict[str, Any]]] = {}
@@ -150,14 +163,7 @@ def time_allreduce(sizes: list[int], impls: list[tuple], repeats: int, warmup: i
         b = bounds(x.numel(), p)
         buf = _tensor(b[1] - b[0] + 1)
         for impl in impls:
-            kind = impl[0]
-            if kind == "library":
-                fn = (lambda x=x: dist.all_reduce(x))
-            elif kind == "p2p":
-                fn = (lambda x=x, b=b, buf=buf: _exchange(x[b[r]:b[r + 1]], x[b[(r - 1) % p]:b[(r - 1) % p + 1]],
-                                                          (r + 1) % p, (r - 1) % p, buf, False, 1))
-            else:
-                fn = (lambda x=x, s=impl[1], g=impl[2]: ring_allreduce(x, s, groups[:g]))
+            fn = _impl(impl, x, b, buf, groups)
             name = label(*impl)
             dist.barrier()
             t = time_fn(fn, dev, what=f"{name} at {nbytes} B", repeats=repeats, warmup=warmup, flush_l2=dev == "cuda")

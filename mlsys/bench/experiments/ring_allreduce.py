@@ -103,7 +103,7 @@ def run(ctx: Any) -> dict[str, Any]:
         ref = len(pl["sizes"]) - 1  # the largest size: 256 MiB on GPUs
         size = pl["sizes"][ref]
 
-        def busbw(name: str, i: int = ref) -> float:
+        def busbw(name: str, i: int = ref, sweeps: dict[str, Any] = sweeps) -> float:
             return sweeps[name]["sweep"][i]["busbw"]["value"]
 
         best = max(VARIANTS, key=lambda v: busbw(label("ring", *v)))
