@@ -205,7 +205,8 @@ def launch(fn: Callable[..., Any], world_size: int, *args: Any, backend: str | N
     if missing:
         raise LaunchTimeout(
             f"{label}: ranks {missing} of {world_size} did not finish within {timeout:g} s and were stopped. "
-            "A deadlock? Blocking sends and receives must pair up: if every rank calls send() before recv(), "
-            "each waits for a receiver that never comes (use isend/irecv or batch_isend_irecv), and every rank "
-            "must make the same sequence of calls with matching sizes.")
+            "A deadlock? Blocking sends and receives must pair up: if every rank first calls a blocking recv() "
+            "(or a blocking send() of a large message), each waits for a partner that never comes; post both "
+            "with isend/irecv or batch_isend_irecv, and make every rank issue the same sequence of calls with "
+            "matching sizes.")
     return [pickle.loads(results[r][1]) for r in range(world_size)]
