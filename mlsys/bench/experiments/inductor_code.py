@@ -60,8 +60,6 @@ def run(ctx: Any) -> dict[str, Any]:
     import torch._dynamo
     from torch._inductor.utils import run_and_get_code
 
-    from ...fusion import chain_traffic
-
     dt, dname = torch_dtype(ctx.device)
     rows, cols = (8192, 8192) if ctx.device == "cuda" and not ctx.quick else (512, 1024)
     g = torch.Generator(device=ctx.device).manual_seed(0)
@@ -89,13 +87,6 @@ def run(ctx: Any) -> dict[str, Any]:
             "compiled": figure(t_comp.median, "s", "median time of the torch.compile'd function", t_comp),
             "speedup": {"value": t_eager.median / t_comp.median, "unit": "", "method": "eager / compiled medians"},
         }
-    numel = rows * cols
-    out["bias_gelu_scale"]["traffic_model"] = {
-        "unfused": {"value": chain_traffic(numel, dname, [2, 1, 2], fused=False).to("byte").m, "unit": "byte",
-                    "method": "mlsys.fusion.chain_traffic, arities [2, 1, 2], fused=False (bias and scale rows ignored)"},
-        "fused": {"value": chain_traffic(numel, dname, [2, 1, 2], fused=True).to("byte").m, "unit": "byte",
-                  "method": "mlsys.fusion.chain_traffic, arities [2, 1, 2], fused=True"},
-    }
     torch._dynamo.reset()
     explanation = torch._dynamo.explain(with_print)(x[:4])
     out["graph_break"] = {
