@@ -28,10 +28,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .numerics import float_format, itemsize, max_value, round_to_format
+from .numerics import BLOCK_SCALED, float_format, itemsize, max_value, round_to_format
 from .units import require_count
 
-__all__ = ["Quantized", "int8_symmetric", "block_scaled", "storage_bits", "relative_error"]
+__all__ = ["Quantized", "int8_symmetric", "block_scaled", "block_scaled_as", "storage_bits", "relative_error"]
 
 
 class Quantized(NamedTuple):
@@ -104,3 +104,13 @@ def block_scaled(x: object, element: str = "fp4_e2m1", block: int = 32, scale: s
         s = np.where(s > 0, s, g)
     q = np.asarray(round_to_format(np.clip(blocks / s, -emax_val, emax_val), element), dtype=np.float64)
     return Quantized((q * s).reshape(arr.shape), s.ravel(), storage_bits(element, block, scale))
+
+
+def block_scaled_as(x: object, name: str) -> Quantized:
+    """:func:`block_scaled` with the element format, block and scale of a named format in
+    :data:`mlsys.numerics.BLOCK_SCALED` (``"mxfp8"``, ``"mxfp4"``, ``"nvfp4"``)."""
+    key = str(name).lower()
+    if key not in BLOCK_SCALED:
+        raise ValueError(f"unknown block-scaled format {name!r}; known: {', '.join(BLOCK_SCALED)}")
+    element, block, scale = BLOCK_SCALED[key]
+    return block_scaled(x, element, block, scale)

@@ -59,6 +59,19 @@ def test_small_blocks_follow_local_scale():
     assert lost_mx < 0.1 < 0.4 < lost_wide
 
 
+def test_named_formats_store_what_numerics_says():
+    # two independent routes to the storage size: the scale/block arithmetic here, the itemsize table there
+    from mlsys import numerics
+
+    x = np.linspace(-3, 3, 64)
+    for name in ("mxfp4", "nvfp4", "mxfp8"):
+        q = quantize.block_scaled_as(x, name)
+        assert q.bits_per_element == numerics.itemsize(name).to("bit").m
+    assert quantize.block_scaled_as(x, "nvfp4").scales.size == 4  # 64 / 16
+    with pytest.raises(ValueError, match="known"):
+        quantize.block_scaled_as(x, "mxfp5")
+
+
 @pytest.mark.parametrize("call", [
     lambda: quantize.block_scaled(np.ones(30)),
     lambda: quantize.block_scaled(np.ones(32), scale="e5m2"),
