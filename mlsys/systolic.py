@@ -45,7 +45,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["DATAFLOWS", "Simulation", "simulate", "TiledCost", "tiled", "buffer_words", "tile_cycles"]
+__all__ = ["DATAFLOWS", "Simulation", "simulate", "TiledCost", "tiled", "buffer_words", "tile_cycles",
+           "EYERISS_RELATIVE_ENERGY", "relative_energy_per_mac"]
 
 DATAFLOWS = ("weight", "output", "input")
 
@@ -246,3 +247,24 @@ def tiled(dataflow: str, m: int, k: int, n: int, rows: int = 128, cols: int = 12
     cycles = tiles * tile_cycles(flow, m, k, n, r, c)
     macs = m * k * n
     return TiledCost(flow, tiles, cycles, macs, macs / (r * c * cycles), buffer_words(flow, m, k, n, r, c))
+
+
+#: Energy of one access relative to one MAC in the ALU (Eyeriss, 65 nm): Y.-H. Chen, J. Emer, V. Sze,
+#: "Eyeriss: a spatial architecture for energy-efficient dataflow for convolutional neural networks",
+#: ISCA 2016, doi:10.1109/ISCA.2016.40 (its figure of normalised energy per access, 65 nm).
+EYERISS_RELATIVE_ENERGY = {"ALU": 1.0, "RF": 1.0, "PE": 2.0, "buffer": 6.0, "DRAM": 200.0}
+
+
+def relative_energy_per_mac(macs: int, hops: int, buffer_words: int) -> float:
+    """Energy per MAC in units of one MAC, with the Eyeriss ratios::
+
+        E / MAC = ALU + RF (the PE's own register) + PE * hops / macs + buffer * words / macs
+
+    A design without reuse reads both operands and the partial sum from the buffer and writes
+    the sum back for every MAC: ``buffer_words = 4 macs``, ``hops = 0``.
+    """
+    macs, hops, words = _dim(macs, "macs"), int(hops), int(buffer_words)
+    if hops < 0 or words < 0:
+        raise ValueError(f"hops and buffer_words are counts (>= 0), got {hops} and {words}")
+    e = EYERISS_RELATIVE_ENERGY
+    return e["ALU"] + e["RF"] + e["PE"] * hops / macs + e["buffer"] * words / macs

@@ -83,3 +83,12 @@ def test_bad_input_is_named():
         systolic.simulate(np.ones((2, 3)), np.ones((2, 2)))
     with pytest.raises(ValueError, match="M must be a positive"):
         systolic.tiled("weight", 0, 4, 4)
+
+
+def test_relative_energy_by_hand():
+    # no reuse: 1 (ALU) + 1 (RF) + 6 * 4 = 26 per MAC
+    assert systolic.relative_energy_per_mac(10, 0, 40) == pytest.approx(26)
+    # the 2x2 weight-stationary tile: 8 MACs, 8 hops, 4 + 4 words read and 4 written
+    assert systolic.relative_energy_per_mac(8, 8, 12) == pytest.approx(1 + 1 + 2 * 1 + 6 * 1.5)
+    with pytest.raises(ValueError, match="counts"):
+        systolic.relative_energy_per_mac(8, -1, 0)
