@@ -9,7 +9,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 export PYTHONHASHSEED := 0
 
-.PHONY: book test serve lint release grade measure clean venv
+.PHONY: book test site-test serve lint release grade measure clean venv
 
 venv: $(STAMP)
 
@@ -38,6 +38,12 @@ book: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check mlsys tests scripts
 	$(BIN)/python -m pytest
+
+# The built site in a real browser (Debian's chromium through Playwright): every page, both widths.
+# Screenshots land in _build/screenshots/.
+site-test: $(STAMP)
+	@test -s _build/html/index.html || $(MAKE) book
+	$(BIN)/python -m pytest -q -m site tests/test_site.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check mlsys tests

@@ -27,7 +27,7 @@ from typing import Any
 import pint
 
 from .hardware import Accelerator, get
-from .units import Q_, as_quantity
+from .units import Q_, positive, require_count
 
 __all__ = ["SMLimits", "Occupancy", "ARCH_LIMITS", "sm_limits", "occupancy"]
 
@@ -133,22 +133,15 @@ def occupancy(
     threads, registers or shared memory for one block).
     """
     lim = limits if isinstance(limits, SMLimits) else sm_limits(limits)
-    for name, value in (("threads_per_block", threads_per_block),
-                        ("registers_per_thread", registers_per_thread)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    require_count(threads_per_block, "threads_per_block")
+    require_count(registers_per_thread, "registers_per_thread")
     if threads_per_block > lim.max_threads_per_block:
         raise ValueError(f"threads_per_block={threads_per_block} exceeds the limit of "
                          f"{lim.max_threads_per_block} threads per block")
     if registers_per_thread > lim.max_registers_per_thread:
         raise ValueError(f"registers_per_thread={registers_per_thread} exceeds the limit of "
                          f"{lim.max_registers_per_thread}")
-    if isinstance(shared_memory_per_block, (int, float)) and not isinstance(shared_memory_per_block, bool):
-        smem = Q_(shared_memory_per_block, "byte")
-    else:
-        smem = as_quantity(shared_memory_per_block, "byte", "shared_memory_per_block").to("byte")
-    if smem.m < 0:
-        raise ValueError(f"shared_memory_per_block must be >= 0 byte, got {smem}")
+    smem = positive(shared_memory_per_block, "byte", "shared_memory_per_block", allow_zero=True).to("byte")
     if smem > lim.max_shared_memory_per_block:
         raise ValueError(f"shared_memory_per_block={smem.to('KiB'):.1f~P} exceeds the per-block "
                          f"maximum of {lim.max_shared_memory_per_block.to('KiB'):~P} "
