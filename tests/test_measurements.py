@@ -220,4 +220,5 @@ def test_every_experiment_says_where_it_is_shown():
     repo = ROOT.parents[1]
     for exp in catalogue().values():
         for page in exp.shown_in:
-            assert (repo / f"{page}.md").is_file() or (repo / page).is_dir(), f"{exp.name}: no page {page}"
+            found = [(repo / f"{page}{ext}").is_file() for ext in (".md", ".ipynb")] + [(repo / page).is_dir()]
+            assert any(found), f"{exp.name}: SHOWN_IN names {page}, which is no page or lab of this repository"
