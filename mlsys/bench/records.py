@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -103,11 +102,11 @@ def device_slug(name: str) -> str:
 
 
 def data_dir() -> Path:
-    """The repository's ``data/measurements`` directory, or ``$MLSYS_MEASUREMENTS_DIR`` if set."""
-    override = os.environ.get("MLSYS_MEASUREMENTS_DIR")
-    if override:
-        return Path(override)
-    return Path(__file__).resolve().parents[2] / "data" / "measurements"
+    """Where the recorded measurements are: :func:`mlsys.datapaths.measurements_dir` (``$MLSYS_MEASUREMENTS_DIR``,
+    else a checkout's ``data/measurements``, else the copy shipped in the installed package)."""
+    from ..datapaths import measurements_dir
+
+    return measurements_dir()
 
 
 ROOFS = "roofs.json"
