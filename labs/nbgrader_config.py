@@ -46,3 +46,25 @@ c.LimitOutput.max_traceback = 60
 
 # Grading is headless: no late penalties, no timestamps needed.
 c.Autograde.create_student = True
+
+# `make grade` sets MLSYS_SANDBOX: nbgrader then executes each submission in a bubblewrap sandbox
+# (mlsys.course.sandboxed_execute) and performance cells get the trusted process's verdict; the
+# gradebook and the scoring stay out here. Plain `nbgrader autograde` (no MLSYS_SANDBOX) is unchanged.
+import os  # noqa: E402
+
+if os.environ.get("MLSYS_SANDBOX"):
+    from nbconvert.preprocessors import ClearMetadataPreprocessor
+    from nbgrader.preprocessors import (
+        AssignLatePenalties,
+        CheckCellMetadata,
+        IgnorePattern,
+        LimitOutput,
+        SaveAutoGrades,
+    )
+
+    from mlsys.course.sandboxed_execute import SandboxedExecute
+
+    c.Autograde.autograde_preprocessors = [
+        SandboxedExecute, IgnorePattern, ClearMetadataPreprocessor, LimitOutput, SaveAutoGrades,
+        AssignLatePenalties, CheckCellMetadata,
+    ]

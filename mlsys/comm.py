@@ -84,6 +84,9 @@ __all__ = [
     "hierarchical_allreduce_time",
     "alltoall_bytes_per_gpu",
     "alltoall_time",
+    "algorithm_bandwidth",
+    "bus_bandwidth",
+    "fit_latency_bandwidth",
 ]
 
 ALGORITHMS = ("ring", "tree")
@@ -322,3 +325,61 @@ def alltoall_time(
         raise ValueError(f"world_size {p} is not a multiple of gpus_per_node {g}")
     b_out = link_bandwidth(inter_bandwidth, "inter_bandwidth")
     return (lat + max(((g - 1) / p * n / b_in).to("s"), ((p - g) / p * n / b_out).to("s"))).to("s")
+
+
+# ----------------------------------------------------------------------------------------------
+# reading measurements: algorithm vs bus bandwidth, and the alpha-beta fit
+
+
+def algorithm_bandwidth(nbytes: object, time: object) -> pint.Quantity:
+    """Algorithm bandwidth of a collective: ``algbw = n / t`` (bytes of the tensor per second).
+
+    This is what a user sees (how fast "a 256 MiB all-reduce" goes); it is not what the links
+    carry, which :func:`bus_bandwidth` gives. byte/s.
+    """
+    t = require_positive(as_quantity(time, "s", "time"), "time")
+    return (_nbytes(nbytes) / t).to("byte/s")
+
+
+def bus_bandwidth(nbytes: object, time: object, world_size: int) -> pint.Quantity:
+    """Bus bandwidth of a ring all-reduce: ``busbw = algbw * 2 (p - 1) / p`` byte/s.
+
+    The bytes each GPU actually sends per second on a ring (NCCL tests' "busbw"), so it can be
+    compared with a link's bandwidth per direction whatever ``p`` is. 0 for ``p = 1``.
+    """
+    p = _world(world_size)
+    return (algorithm_bandwidth(nbytes, time) * (2 * (p - 1) / p)).to("byte/s")
+
+
+def fit_latency_bandwidth(
+    nbytes: list[object], times: list[object], world_size: int, algorithm: str = "ring"
+) -> tuple[pint.Quantity, pint.Quantity]:
+    """Fit :func:`allreduce_time`'s ``latency`` (alpha) and ``bandwidth`` (1/beta) to measured times.
+
+    The model is linear in ``alpha`` and ``beta = 1 / bandwidth``:
+    ``t = steps * alpha + allreduce_bytes_per_gpu(n, p) * beta``. Least squares on the
+    *relative* residuals ``(model - t) / t`` (each row divided by ``t``), so microsecond-scale
+    small messages weigh as much as millisecond-scale large ones. Returns ``(latency [s],
+    bandwidth [byte/s])``; a negative latency from noisy data is clipped to 0 and the bandwidth
+    refitted. Needs at least two distinct sizes and ``world_size >= 2``.
+    """
+    import numpy as np
+
+    p, alg = _world(world_size), _algorithm(algorithm)
+    if p < 2:
+        raise ValueError("fit_latency_bandwidth: world_size 1 moves nothing; expected world_size >= 2")
+    if len(nbytes) != len(times):
+        raise ValueError(f"fit_latency_bandwidth: expected as many times as sizes, got {len(times)} and {len(nbytes)}")
+    sent = np.array([allreduce_bytes_per_gpu(n, p, alg).to("byte").magnitude for n in nbytes], dtype=float)
+    t = np.array([require_positive(as_quantity(x, "s", "time"), "time").to("s").magnitude for x in times], dtype=float)
+    if len(set(sent.tolist())) < 2:
+        raise ValueError("fit_latency_bandwidth: expected at least two distinct message sizes")
+    steps = float(_steps(p, alg))
+    a = np.column_stack([np.full_like(t, steps), sent]) / t[:, None]
+    (alpha, beta), *_ = np.linalg.lstsq(a, np.ones_like(t), rcond=None)
+    if alpha < 0:
+        alpha = 0.0
+        beta = float(np.sum(sent / t) / np.sum((sent / t) ** 2))
+    if beta <= 0:
+        raise ValueError("fit_latency_bandwidth: the times do not grow with size; no bandwidth can be fitted")
+    return Q_(float(alpha), "s"), Q_(1.0 / float(beta), "byte/s")

@@ -63,6 +63,12 @@ ARCH_LIMITS: dict[str, dict[str, Any]] = {
                "max_blocks_per_sm": 32, "max_shared_memory_per_block_kib": 227},
     "Ampere": {"compute_capability": "8.0", "max_threads_per_sm": 2048, "max_warps_per_sm": 64,
                "max_blocks_per_sm": 32, "max_shared_memory_per_block_kib": 163},
+    "Ada Lovelace": {"compute_capability": "8.9", "max_threads_per_sm": 1536, "max_warps_per_sm": 48,
+                     "max_blocks_per_sm": 24, "max_shared_memory_per_block_kib": 99},
+    "Turing": {"compute_capability": "7.5", "max_threads_per_sm": 1024, "max_warps_per_sm": 32,
+               "max_blocks_per_sm": 16, "max_shared_memory_per_block_kib": 64},
+    "Volta": {"compute_capability": "7.0", "max_threads_per_sm": 2048, "max_warps_per_sm": 64,
+              "max_blocks_per_sm": 32, "max_shared_memory_per_block_kib": 96},
 }
 
 
@@ -143,8 +149,9 @@ def occupancy(
                          f"{lim.max_registers_per_thread}")
     smem = positive(shared_memory_per_block, "byte", "shared_memory_per_block", allow_zero=True).to("byte")
     if smem > lim.max_shared_memory_per_block:
-        raise ValueError(f"shared_memory_per_block={smem.to('KiB'):.1f~P} exceeds the per-block "
-                         f"maximum of {lim.max_shared_memory_per_block.to('KiB'):~P} "
+        raise ValueError(f"shared_memory_per_block={smem.m:,.0f} B exceeds the per-block "
+                         f"maximum of {lim.max_shared_memory_per_block.m:,.0f} B "
+                         f"({lim.max_shared_memory_per_block.to('KiB'):~P}) "
                          f"(compute capability {lim.compute_capability})")
 
     warps = math.ceil(threads_per_block / lim.warp_size)

@@ -45,7 +45,7 @@ from typing import NamedTuple
 
 import pint
 
-from .hardware import Accelerator
+from .hardware import Accelerator, get
 from .numerics import itemsize
 from .roofline import Roof, roof_of, time_lower_bound
 from .transformer import ModelShape, forward_flops, get_model
@@ -59,6 +59,7 @@ __all__ = [
     "decode_step_time",
     "decode_throughput",
     "decode_critical_batch",
+    "max_batch_in_memory",
     "PhaseCost",
     "prefill_cost",
     "decode_cost",
@@ -152,3 +153,23 @@ def decode_critical_batch(
     if slope <= 0:
         return None
     return max(1, math.ceil((w / roof.bandwidth).to("s").m / slope))
+
+
+def max_batch_in_memory(
+    model: str | ModelShape, accel: Accelerator | str, tokens: int, dtype: object = "bf16"
+) -> int:
+    """Requests of ``tokens`` tokens whose KV caches fit beside the weights in the device memory.
+
+    ``floor((memory_capacity - params * itemsize) / (tokens * kv_cache_bytes_per_token))``: all
+    parameters are stored (the embedding table too), activations and the framework's workspace
+    are ignored, so real servers fit fewer. 0 when the weights alone do not fit.
+    """
+    m = get_model(model)
+    acc = get(accel) if isinstance(accel, str) else accel
+    if not isinstance(acc, Accelerator):
+        raise TypeError(f"accel must be an Accelerator or its name, got {accel!r}")
+    free = acc.memory_capacity - m.params * itemsize(dtype)
+    per_request = kv_cache_bytes(m, tokens, 1, dtype)
+    if free.to("byte").m <= 0:
+        return 0
+    return int((free / per_request).to("").m // 1)

@@ -63,6 +63,7 @@ meter = [length] = m = metre
 gram = [mass] = g
 ampere = [current] = A
 kelvin = [temperature] = K
+degree_Celsius = kelvin; offset: 273.15 = degC = celsius  # GPU temperatures in provenance records
 FLOP = [compute] = _ = flop = FLOPs = OP = op
 byte = [data] = B = octet
 bit = byte / 8 = b

@@ -143,3 +143,14 @@ def test_show_h100_gives_binary_sizes_with_the_datasheet_wording(capsys):
     assert code == 0
     assert "50 MiB" in out and "80 GiB" in out and "datasheet: 80 GB" in out
     assert "450 GB/s" in out and "900 GB/s bidirectional" in out
+
+
+def test_per_block_limits_of_older_and_inference_parts():
+    # CUDA C++ Programming Guide, compute capabilities: 8.9 (L4) 99 KiB per block of 100 KiB per SM,
+    # 7.5 (T4) 64 KiB, 7.0 (V100) 96 KiB; bf16 tiles (bm*bk + bk*bn) * 2 B
+    assert tiling.fits_shared_memory(tiling.TileConfig(99, 99, 256), "L4")        # 99 KiB
+    assert not tiling.fits_shared_memory(tiling.TileConfig(100, 100, 256), "L4")  # 100 KiB: the SM's, not a block's
+    assert occupancy.sm_limits("T4").max_shared_memory_per_block.to("KiB").m == 64
+    # L4: 1536 threads per SM -> 256-thread blocks, 32 registers, no shared memory: 6 blocks, 48 warps, occupancy 1
+    occ = occupancy.occupancy(256, 32, 0, "L4")
+    assert (occ.blocks_per_sm, occ.warps_per_sm, occ.occupancy) == (6, 48, 1.0)

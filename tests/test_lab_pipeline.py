@@ -52,7 +52,40 @@ def _tiny_course(tmp: Path) -> Path:
     root = _course(tmp, LABS / "source", [])
     (root / "source" / "lab0_tiny").mkdir()
     shutil.copy2(CORPUS / "source" / "lab0_tiny" / "lab0_tiny.nb.json", root / "source" / "lab0_tiny" / "lab0_tiny.ipynb")
+    shutil.copy2(CORPUS / "source" / "lab0_tiny" / "perf.toml", root / "source" / "lab0_tiny" / "perf.toml")
     return root
+
+
+def _tree_hashes(*folders: Path) -> dict[Path, bytes]:
+    """Every file below ``folders`` with its content (what grading must leave as it was)."""
+    out = {}
+    for folder in folders:
+        for p in sorted(folder.rglob("*")):
+            if p.is_file() and "__pycache__" not in p.parts:
+                out[p] = p.read_bytes()
+    return out
+
+
+def _processes_with(marker: str) -> list[int]:
+    """Live (non-zombie) processes whose command line contains ``marker``."""
+    found = []
+    for d in Path("/proc").glob("[0-9]*"):
+        try:
+            if marker in (d / "cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace"):
+                if (d / "stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X"):
+                    found.append(int(d.name))
+        except (OSError, IndexError):
+            continue
+    return found
+
+
+def _sandbox_or_skip() -> None:
+    from mlsys.course import sandbox
+
+    try:
+        sandbox.check()
+    except sandbox.SandboxUnavailable as exc:
+        pytest.skip(f"bubblewrap cannot run here: {exc}")
 
 
 def _release(lab: str) -> Path:
@@ -162,6 +195,7 @@ def test_committed_releases_are_what_make_release_generates():
 
 @pytest.mark.slow
 def test_instructor_version_gets_full_marks_and_untouched_release_zero(tmp_path):
+    _sandbox_or_skip()
     if not RELEASED:
         pytest.skip("no lab has a release yet")
     root = _course(tmp_path, LABS / "source", RELEASED)
@@ -177,6 +211,8 @@ def test_instructor_version_gets_full_marks_and_untouched_release_zero(tmp_path)
         assert blank.correctness_score == 0, f"{lab}: untouched release got {blank}"
         if good.performance != "none":  # no GPU here: reported as not graded, never as a failure
             assert good.performance == "not graded (no GPU)"
+            assert "not graded here (no GPU)" in good.summary and "0 /" not in good.summary.split(";")[1]
+        assert good.summary.startswith(f"{good.correctness_max:g} / {good.correctness_max:g} autograded"), good.summary
     with open(root / "grades.csv", newline="") as fh:
         assert len(list(csv.DictReader(fh))) == 2 * len(RELEASED)
 
@@ -199,14 +235,23 @@ def test_nbval_lax_passes_over_instructor_and_release_notebooks():
 
 @pytest.mark.slow
 def test_bad_submission_corpus(tmp_path):
-    """Each hostile submission gets its expected row; the good one beside them gets full marks."""
+    """Each hostile submission gets its expected row; the good one beside them gets full marks.
+
+    Performance cells are graded with the fake timer (no GPU here), so the trusted process's
+    refusals are exercised for real. Nothing outside the run's output folders changes, and no
+    process a submission started survives the run.
+    """
+    _sandbox_or_skip()
     expected = json.loads((CORPUS / "expected.json").read_text())
     root = _tiny_course(tmp_path)
-    hashes = {}
     for name in expected:
-        path = _submit(root, name, "lab0_tiny", CORPUS / f"{name}.nb.json")
-        hashes[path] = path.read_bytes()
-    rows = teach.grade(root, timeout=60, cell_timeout=6, feedback=False, verbose=False, jobs=2)
+        _submit(root, name, "lab0_tiny", CORPUS / f"{name}.nb.json")
+    import mlsys
+
+    guarded = _tree_hashes(root / "source", root / "submitted", Path(mlsys.__file__).parent, LABS / "source",
+                           CORPUS / "source")
+    guarded[root / "nbgrader_config.py"] = (root / "nbgrader_config.py").read_bytes()
+    rows = teach.grade(root, timeout=60, cell_timeout=6, feedback=False, verbose=False, jobs=2, perf="fake")
     got = {r.student: r for r in rows}
     assert sorted(got) == sorted(expected)
     for name, want in expected.items():
@@ -214,31 +259,44 @@ def test_bad_submission_corpus(tmp_path):
         assert row.status == want["status"], f"{name}: {row}"
         if "correctness_score" in want:
             assert row.correctness_score == want["correctness_score"], f"{name}: {row}"
+        if "performance_score" in want:
+            assert row.performance_score == want["performance_score"], f"{name}: {row}"
         if "reason" in want:
             assert want["reason"] in row.reason, f"{name}: expected a reason mentioning {want['reason']!r}, got {row}"
         if "performance" in want:
             assert row.performance == want["performance"]
+        if "flags" in want:
+            assert (want["flags"] in row.flags) if want["flags"] else row.flags == "", f"{name}: flags {row.flags!r}"
         assert row.correctness_max == 3 and row.performance_max == 1
-    for path, data in hashes.items():  # nothing handed in was changed
-        assert path.read_bytes() == data
+    changed = [str(p) for p, data in guarded.items() if not p.is_file() or p.read_bytes() != data]
+    assert not changed, f"grading changed files outside its output folders: {changed[:5]}"
+    assert not _processes_with("31337"), "a process started by a submission outlived grading"
     # the enormous output was cut down in what is handed back
     big = root / "autograded" / "enormous_output" / "lab0_tiny" / "lab0_tiny.ipynb"
     assert big.stat().st_size < 500_000
     with open(root / "grades.csv", newline="") as fh:
         report = {r["student"]: r for r in csv.DictReader(fh)}
-    assert report["good"]["performance"] == "not graded (no GPU)" and report["good"]["performance_score"] == ""
+    assert report["good"]["performance"] == "graded" and report["good"]["performance_score"] == "1"
+    assert report["good"]["summary"] == "3 / 3 autograded; performance 1 / 1"
+    assert "file" in report["steal_solution"]["flags"]
     assert report["malformed_json"]["status"] == "failed" and "malformed" in report["malformed_json"]["reason"]
 
 
 @pytest.mark.slow
 def test_grade_cli_writes_feedback_and_reports_unknown_labs(tmp_path):
+    _sandbox_or_skip()
     root = _tiny_course(tmp_path)
     _submit(root, "ann", "lab0_tiny", CORPUS / "good.nb.json")
     _submit(root, "ben", "lab9_missing", CORPUS / "good.nb.json")
-    rows = teach.grade(root, timeout=120, verbose=False)
+    _submit(root, "cid", "lab0_tiny", CORPUS / "steal_solution.nb.json")
+    rows = teach.grade(root, timeout=120, verbose=False, perf="off")
     got = {r.student: r for r in rows}
     assert got["ann"].status == "ok" and got["ann"].correctness_score == 3
-    assert (root / "feedback" / "ann" / "lab0_tiny" / "lab0_tiny.html").is_file()
+    # the feedback header says what the CSV says: no GPU here, so performance is not counted as zero
+    assert got["ann"].summary == "3 / 3 autograded; performance (1 points) not graded here (no GPU)"
+    html = (root / "feedback" / "ann" / "lab0_tiny" / "lab0_tiny.html").read_text()
+    assert f"({got['ann'].summary})</h4>" in html
+    assert "Flagged for the teacher" in (root / "feedback" / "cid" / "lab0_tiny" / "lab0_tiny.html").read_text()
     assert got["ben"].status == "failed" and "unknown lab" in got["ben"].reason
 
 
@@ -250,33 +308,25 @@ def test_corpus_untouched_is_the_tiny_labs_release(tmp_path):
 
 
 @pytest.mark.slow
-def test_whole_submission_time_limit_kills_the_kernel(tmp_path, monkeypatch):
-    """Many cells, each under the per-cell limit, together over the per-submission limit: stopped, kernel gone."""
-    import time
-
+def test_whole_submission_time_limit_keeps_earlier_cells_and_ends_every_process(tmp_path):
+    """Many cells, each under the per-cell limit, together over the per-submission limit: the run stops,
+    cells graded before keep their points, the rest are marked not run, and nothing it started lives on."""
+    _sandbox_or_skip()
     nb = _nb(CORPUS / "good.nb.json")
-    pidfile = tmp_path / "kernel.pid"
-    monkeypatch.setenv("MLSYS_TEST_PIDFILE", str(pidfile))
     stall = {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [],
-             "source": "import os, time\nopen(os.environ['MLSYS_TEST_PIDFILE'], 'w').write(str(os.getpid()))\n"
-                       "time.sleep(4)\n"}
-    nb["cells"][2:2] = [dict(stall, id=f"stall-{i}") for i in range(30)]
+             "source": "import subprocess, time\n"
+                       "subprocess.Popen(['sleep', '31338'], start_new_session=True)\ntime.sleep(4)\n"}
+    at = next(i for i, c in enumerate(nb["cells"]) if c["metadata"].get("nbgrader", {}).get("grade_id") == "test_double")
+    nb["cells"][at + 1:at + 1] = [dict(stall, id=f"stall-{i}") for i in range(30)]
     root = _tiny_course(tmp_path)
     dest = root / "submitted" / "slowpoke" / "lab0_tiny" / "lab0_tiny.ipynb"
     dest.parent.mkdir(parents=True)
     dest.write_text(json.dumps(nb))
-    [row] = teach.grade(root, timeout=20, cell_timeout=6, feedback=False, verbose=False)
-    assert row.status == "failed" and "time limit of 20 s" in row.reason, row
-    pid = int(pidfile.read_text())
-
-    def running() -> bool:  # a zombie waiting to be reaped is not running
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            return False
-        return state not in ("Z", "X")
-
-    deadline = time.monotonic() + 10
-    while running() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not running(), f"the kernel (pid {pid}) of a stopped submission is still running"
+    [row] = teach.grade(root, timeout=20, cell_timeout=6, feedback=True, verbose=False, perf="off")
+    assert row.status == "ok" and "time limit of 20 s" in row.reason, row
+    assert row.correctness_score == 2, f"test_double ran before the limit and keeps its 2 points: {row}"
+    graded = _nb(root / "autograded" / "slowpoke" / "lab0_tiny" / "lab0_tiny.ipynb")
+    last = next(c for c in graded["cells"] if c["metadata"].get("nbgrader", {}).get("grade_id") == "test_total")
+    assert any(o.get("ename") == "NotRun" for o in last["outputs"]), last["outputs"]
+    assert (root / "feedback" / "slowpoke" / "lab0_tiny" / "lab0_tiny.html").is_file()
+    assert not _processes_with("31338"), "a process started by the submission outlived grading"

@@ -3,7 +3,7 @@ value is required), negatives, non-integers for counts and wrong units, with a V
 TypeError (DimensionError is a ValueError; KeyError for a string read as an unknown name), and returns only finite results for valid inputs.
 
 Each entry of SIGNATURES lists a function's arguments with their kind:
-  ("q", unit, allow_zero)  a quantity in ``unit``      ("n", minimum)  an integer count
+  ("q", unit, allow_zero[, max])  a quantity in ``unit``      ("n", minimum)  an integer count
   ("f",)                   a fraction in [0, 1]         ("x",)          a positive plain number
   ("c", value)             a fixed argument (accelerator, dtype, ...), never corrupted
 """
@@ -64,7 +64,7 @@ SIGNATURES: list[Sig] = [
     (overhead.graph_time, {"n_kernels": ("n", 1), "kernel": ("q", "s", True), "graph_launch": ("q", "s", True),
                            "per_node": ("q", "s", True)}),
     (occupancy.occupancy, {"threads_per_block": ("c", 256), "registers_per_thread": ("c", 32),
-                           "shared_memory_per_block": ("q", "byte", True)}),
+                           "shared_memory_per_block": ("q", "byte", True, 227 * 1024)}),
     (memory_access.bytes_in_flight, {"bandwidth": ("q", "byte/s", False), "latency": ("q", "s", False)}),
     (memory_access.sectors_per_warp, {"stride": ("n", 1), "itemsize": ("n", 1)}),
     (tiling.tiled_matmul_traffic, {"m": ("n", 1), "n": ("n", 1), "k": ("n", 1), "block_m": ("n", 1), "block_n": ("n", 1)}),
@@ -75,6 +75,7 @@ SIGNATURES: list[Sig] = [
     (serving.kv_cache_bytes, {"model": ("c", "gpt2"), "tokens": ("n", 1), "batch": ("n", 1)}),
     (serving.decode_step_time, {"model": ("c", "gpt2"), "context": ("n", 0), "accel": ("c", "H100"), "batch": ("n", 1)}),
     (serving.prefill_time, {"model": ("c", "gpt2"), "prompt_tokens": ("n", 1), "accel": ("c", "H100"), "batch": ("n", 1)}),
+    (serving.max_batch_in_memory, {"model": ("c", "gpt2"), "accel": ("c", "H100"), "tokens": ("n", 1)}),
     (serving.decode_critical_batch, {"model": ("c", "gpt2"), "accel": ("c", "H100"), "context": ("n", 0)}),
     (training_memory.model_state_bytes, {"params": ("n", 1), "dp": ("n", 1)}),
     (training_memory.activation_bytes_per_layer, {"seq_len": ("n", 1), "micro_batch": ("n", 1), "hidden": ("n", 1),
@@ -92,7 +93,7 @@ def bad_values(spec: tuple) -> list[Any]:
     """Every value that must be refused for an argument of this kind."""
     kind = spec[0]
     if kind == "q":
-        _, unit, allow_zero = spec
+        unit, allow_zero = spec[1], spec[2]
         out = [Q_(math.inf, unit), Q_(-math.inf, unit), Q_(math.nan, unit), Q_(-1.0, unit), Q_(1, WRONG_UNIT[unit]),
                f"inf {unit}", math.nan, math.inf, -3, "1 mB" if unit == "byte" else Q_(-0.5, unit)]
         if not allow_zero:
@@ -111,7 +112,8 @@ def bad_values(spec: tuple) -> list[Any]:
 def valid_value(spec: tuple, draw: Callable[[Any], Any]) -> Any:
     kind = spec[0]
     if kind == "q":
-        return Q_(draw(st.floats(min_value=1e-3, max_value=1e6)), spec[1])
+        top = spec[3] if len(spec) > 3 else 1e6  # an optional upper end of the valid range
+        return Q_(draw(st.floats(min_value=1e-3, max_value=top)), spec[1])
     if kind == "n":
         return draw(st.integers(min_value=max(spec[1], 1), max_value=64))
     if kind == "f":
@@ -138,7 +140,7 @@ def finite(result: Any) -> bool:
 CASES = [(fn, name, bad) for fn, sig in SIGNATURES for name, spec in sig.items() for bad in bad_values(spec)]
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_every_public_function_refuses_bad_inputs(data):
     fn, name, bad = data.draw(st.sampled_from(CASES))
@@ -168,3 +170,31 @@ def test_valid_inputs_give_finite_results(data):
     fn, sig = data.draw(st.sampled_from(SIGNATURES))
     kwargs = {k: valid_value(spec, data.draw) for k, spec in sig.items()}
     assert finite(fn(**kwargs)), (fn.__name__, kwargs)
+
+
+BAD_CLI = ["inf", "-inf", "nan", "0", "-1", "inf GB", "nan GB/s", "-3 GB", "1 mB", "2 J", "1e400", "x"]
+
+
+@settings(max_examples=120, deadline=None)
+@given(flag=st.sampled_from(["--flops", "--bytes", "--size", "--bandwidth", "--latency"]), bad=st.sampled_from(BAD_CLI))
+def test_cli_refuses_bad_numbers_with_one_line(flag, bad):
+    import contextlib
+    import io
+
+    from mlsys import cli
+
+    if flag in ("--flops", "--bytes"):
+        argv = ["bound", "H100", "--flops", "1 GFLOP", "--bytes", "1 GB"]
+    else:
+        argv = ["allreduce", "--size", "1 GB", "--world", "8", "--bandwidth", "450 GB/s", "--latency", "5 us"]
+    if flag == "--flops" and bad == "0":
+        return  # zero FLOPs is a valid kernel (a pure copy); everything else here must be refused
+    i = argv.index(flag)
+    argv[i:i + 2] = [f"{flag}={bad}"]  # "--flops=-inf": argparse would read a bare "-inf" as an option
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli.main(argv)
+    assert code == 2, (argv, out.getvalue(), err.getvalue())
+    assert out.getvalue() == ""
+    lines = err.getvalue().strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("mlsys: error: ")

@@ -200,3 +200,14 @@ def test_roof_argument_accepts_measured_roofs():
     roof = Roof(Q_(500, "TFLOP/s"), Q_(2, "TB/s"), "measured")
     # batch 1, context 0: 15,009,316,864 B / 2e12 B/s = 7.5047 ms
     assert serving.decode_step_time("Llama-3-8B", 0, roof).to("ms").m == pytest.approx(7.504658432)
+
+
+def test_max_batch_in_memory_by_hand():
+    # H100: 80 GiB = 85,899,345,920 B; Llama-3-8B weights 8,030,261,248 * 2 B = 16,060,522,496 B;
+    # free 69,838,823,424 B; 8192 tokens * 131,072 B = 1 GiB per request -> 65.04 -> 65
+    assert serving.max_batch_in_memory("Llama-3-8B", "H100", 8192) == 65
+    # Llama-3-70B in bf16 (141.1 GB of weights) does not fit an 80 GiB H100 at all
+    assert serving.max_batch_in_memory("Llama-3-70B", "H100", 1024) == 0
+    # fp8 weights and cache: free 85,899,345,920 - 8,030,261,248 = 77,869,084,672; 8192 * 65,536 = 0.5 GiB
+    # -> 145.04 -> 145
+    assert serving.max_batch_in_memory("Llama-3-8B", "H100", 8192, "fp8") == 145

@@ -6,10 +6,18 @@
                                          labs/autograded/..., labs/feedback/.../<lab>.html
 
 nbgrader always runs in a scratch copy of the course root (``labs/nbgrader_config.py`` and the
-sources), so submitted files are only ever read, and each submission's autograde runs in its own
-process group under a wall-clock limit: an endless loop, a crash or a flood of output costs that
-submission, never the run. Every (student, lab) gets one CSV row: correctness points, performance
-points (or "not graded (no GPU)"), points left for manual grading, and, where grading failed, why.
+sources), so submitted files are only ever read. Student code runs only in a bubblewrap sandbox, one
+per submission (:mod:`mlsys.course.sandbox`, :mod:`mlsys.course.sandboxed_execute`): the instructor
+notebooks, the gradebook, the repository, other students and the network are out of its reach,
+and ``mlsys`` is installed into it as a package built once per run. Cells stream back as they
+finish, so an endless loop, a crash or a flood of output costs the cells it reached, never the run
+or the cells graded before. Performance cells are scored by trusted code in a fresh sandbox
+(:mod:`mlsys.course.trusted`). A static audit (:mod:`mlsys.course.audit`) adds flags for the teacher.
+
+Every (student, lab) gets one CSV row: correctness points, performance points (or "not graded (no
+GPU)"), points left for manual grading, a one-line summary that the feedback page repeats, flags,
+and, where grading failed or stopped early, why. Grading some labs rewrites only those labs' rows.
+``--no-sandbox`` runs student code unconfined, with a loud warning: only for trusted submissions.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import audit, sandbox
 from .grading import NOT_GRADED
 
 __all__ = ["labs_root", "lab_names", "release", "check_release", "grade", "score_notebook", "Row", "main"]
@@ -35,7 +44,7 @@ __all__ = ["labs_root", "lab_names", "release", "check_release", "grade", "score
 MAX_OUTPUT_CHARS = 20_000  # per output, in the returned autograded/feedback notebooks
 CSV_FIELDS = [
     "student", "lab", "status", "correctness_score", "correctness_max", "performance_score", "performance_max",
-    "performance", "manual_max", "total_score", "reason",
+    "performance", "manual_max", "total_score", "reason", "summary", "flags",
 ]
 
 
@@ -54,9 +63,13 @@ def lab_names(root: Path | None = None) -> list[str]:
 # running nbgrader
 
 
-def _run(args: list[str], cwd: Path, timeout: float, log: Path) -> tuple[int | None, str]:
+def _run(args: list[str], cwd: Path, timeout: float, log: Path,
+         env: dict[str, str] | None = None) -> tuple[int | None, str]:
     """Run ``python -m nbgrader ARGS`` in its own process group; (returncode or None on timeout, log tail)."""
-    env = dict(os.environ, PYTHONHASHSEED="0", MPLBACKEND="Agg", PYDEVD_DISABLE_FILE_VALIDATION="1")
+    env = dict(os.environ, PYTHONHASHSEED="0", MPLBACKEND="Agg", PYDEVD_DISABLE_FILE_VALIDATION="1", **(env or {}))
+    # the grader's own mlsys (nbgrader_config.py imports its sandboxed executor) whatever the working folder
+    pkg_parent = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join([pkg_parent, *[p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]])
     # nbgrader runs the `alembic` script of its own environment: put that environment's bin first
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     with open(log, "ab") as fh:
@@ -218,7 +231,29 @@ class Row:
     manual_max: float = 0.0
     total_score: float = 0.0
     reason: str = ""
+    summary: str = ""
+    flags: str = ""
     notes: list[str] = field(default_factory=list, repr=False)
+
+
+def _pts(x: float) -> str:
+    return f"{x:g}"
+
+
+def summarize(row: Row) -> str:
+    """The score line shared by the CSV and the feedback page, e.g. ``3 / 3 autograded; performance
+    not graded here (no GPU); 2 points of written answers pending``. Pure: reads ``row`` only."""
+    if row.status != "ok" and row.correctness_score == 0 and not row.notes:
+        return f"not graded: {row.reason}" if row.reason else "not graded"
+    parts = [f"{_pts(row.correctness_score)} / {_pts(row.correctness_max)} autograded"]
+    if row.performance == "graded":
+        parts.append(f"performance {_pts(float(row.performance_score or 0))} / {_pts(row.performance_max)}")
+    elif row.performance != "none":
+        where = row.performance.replace("not graded", "not graded here", 1)
+        parts.append(f"performance ({_pts(row.performance_max)} points) {where}")
+    if row.manual_max:
+        parts.append(f"{_pts(row.manual_max)} points of written answers pending")
+    return "; ".join(parts)
 
 
 def _grade_cells(nb: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -322,91 +357,208 @@ def _sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def _no_links(folder: str, names: list[str]) -> set[str]:
+    """copytree ignore: symbolic links (a link to a teacher's file must not be copied as that file) and caches."""
+    return {n for n in names if os.path.islink(os.path.join(folder, n)) or n in (".ipynb_checkpoints", "__pycache__")}
+
+
+@dataclass
+class _RunSettings:
+    """What one grading run shares between submissions."""
+
+    mode: str  # "bwrap" | "none"
+    site: Path
+    scratch: Path
+    perf: str  # "off" | "cuda" | "fake"
+    gpu: bool = False  # CUDA present: the GPU is passed into every sandbox
+    limits: sandbox.Limits = field(default_factory=sandbox.Limits)
+
+
+def _perf_cases(root: Path, lab: str) -> dict[str, Any]:
+    """The lab's perf.toml as a dict (validated), or {} when the lab has none."""
+    path = root / "source" / lab / "perf.toml"
+    if not path.is_file():
+        return {}
+    import tomllib
+
+    from .trusted import load_spec
+
+    load_spec(path)  # a malformed spec stops the run here, with its message
+    return tomllib.loads(path.read_text(encoding="utf-8"))
+
+
+def _report_notes(row: Row, report: dict[str, Any], timeout: float) -> None:
+    if report.get("kernel_died"):
+        row.notes.append(f"kernel died in {report['kernel_died']} (a crash such as an out-of-bounds access); "
+                         "cells before it keep their points, later cells were not run")
+    if report.get("timed_out"):
+        row.notes.append(f"time limit of {timeout:g} s reached; {report.get('not_run', 0)} cell(s) not run, "
+                         "cells before keep their points")
+    elif report.get("fatal"):
+        row.notes.append(f"grading stopped early: {report['fatal']}")
+    for gid in report.get("legacy_perf", []):
+        row.notes.append(f"{gid}: measured by the notebook itself (no perf.toml entry), not by the trusted process")
+    for gid, v in sorted(report.get("perf", {}).items()):
+        if v.get("reason"):
+            row.notes.append(f"{gid}: {v['reason']}")
+
+
+def _annotate_feedback(html: Path, row: Row) -> None:
+    """Put the CSV's summary in the feedback header and list the audit flags under it."""
+    import html as htmlmod
+    import re
+
+    text = html.read_text(encoding="utf-8")
+    summary = htmlmod.escape(row.summary)
+    text, n = re.subn(r"\(Score: [0-9.]+ / [0-9.]+\)</h4>", f"({summary})</h4>", text, count=1)
+    extra = ""
+    if row.reason:
+        extra += f"<p><strong>Grader notes:</strong> {htmlmod.escape(row.reason)}</p>"
+    if row.flags:
+        items = "".join(f"<li>{htmlmod.escape(f)}</li>" for f in row.flags.split("; "))
+        extra += ("<p><strong>Flagged for the teacher to review</strong> (a flag alone does not change the "
+                  f"score):</p><ul>{items}</ul>")
+    if extra:
+        text = text.replace("</h4>", "</h4>" + extra, 1) if n else text.replace("<body>", "<body>" + extra, 1)
+    html.write_text(text, encoding="utf-8")
+
+
 def _grade_one(student: str, lab: str, labdir: Path, base: Path, work: Path, root: Path, submitted: Path, *,
-               timeout: float, extra: list[str], feedback: bool, verbose: bool) -> Row:
+               timeout: float, extra: list[str], feedback: bool, verbose: bool, run: _RunSettings) -> Row:
     """Grade one submission in its own scratch course (own gradebook copy): returns its row."""
     row = Row(student, lab)
     source_nb = json.loads((root / "source" / lab / f"{lab}.ipynb").read_text(encoding="utf-8"))
     score_notebook(source_nb, None, row)  # the maxima, reported even when grading fails
     _zero(row)
     nb_path = labdir / f"{lab}.ipynb"
-    if not nb_path.is_file():
-        return _failed(row, f"no notebook: expected {nb_path.relative_to(submitted)}")
+    if nb_path.is_symlink() or not nb_path.is_file():
+        return _finish(_failed(row, f"no notebook: expected {nb_path.relative_to(submitted)} (a regular file)"))
     bad = _validate_submission(nb_path)
     if bad:
-        return _failed(row, bad)
+        return _finish(_failed(row, bad))
+    release_nb = base / "release" / lab / f"{lab}.ipynb"
+    try:
+        given = json.loads(release_nb.read_text(encoding="utf-8")) if release_nb.is_file() else None
+        row.flags = audit.format_flags(audit.audit_notebook(json.loads(nb_path.read_text(encoding="utf-8")), given))
+    except Exception as exc:  # the audit never stops grading
+        row.flags = f"audit failed: {type(exc).__name__}"
+    if any(p.is_symlink() for p in labdir.rglob("*")):
+        row.flags = "; ".join(x for x in (row.flags, "file: symbolic link in the submission (ignored)") if x)
     course = work / f"{student}__{lab}"
     (course / "source").mkdir(parents=True)
     shutil.copy2(base / "nbgrader_config.py", course / "nbgrader_config.py")
     shutil.copy2(base / "gradebook.db", course / "gradebook.db")
     shutil.copytree(base / "source" / lab, course / "source" / lab)
-    shutil.copytree(labdir, course / "submitted" / student / lab,
-                    ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
+    shutil.copytree(labdir, course / "submitted" / student / lab, ignore=_no_links)
     db = f"sqlite:///{course / 'gradebook.db'}"
     if verbose:
         print(f"grading {student}/{lab} ...", flush=True)
+    report_path = course / "sandbox_report.json"
+    settings = {"mode": run.mode, "site": str(run.site), "scratch": str(run.scratch), "wall": timeout,
+                "perf": run.perf, "cases": _perf_cases(root, lab), "report": str(report_path),
+                "limits": asdict(run.limits), "gpu": run.gpu}
+    env = {"MLSYS_SANDBOX": json.dumps(settings)}
     rc, out = _run(["autograde", lab, "--student", student, "--create", "--force", "--db", db, *extra],
-                   course, timeout, course / "autograde.log")
+                   course, timeout + 120, course / "autograde.log", env=env)
     graded = course / "autograded" / student / lab / f"{lab}.ipynb"
     if rc != 0 or not graded.is_file():
-        return _failed(row, _reason(rc, out, timeout))
+        return _finish(_failed(row, _reason(rc, out, timeout + 120)))
     _trim_outputs(graded)
     graded_nb = json.loads(graded.read_text(encoding="utf-8"))
     _reset(row)
     score_notebook(source_nb, graded_nb, row)
+    if report_path.is_file():
+        _report_notes(row, json.loads(report_path.read_text(encoding="utf-8")), timeout)
     for cell in graded_nb.get("cells", []):
         for o in cell.get("outputs", []):
             if o.get("output_type") == "error" and o.get("ename") == "CellTimeoutError":
                 gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") or cell.get("id", "?")
                 row.notes.append(f"cell {gid} timed out (per-cell time limit)")
+    row.reason = "; ".join(dict.fromkeys(row.notes))
+    _finish(row)
     target = root / "autograded" / student / lab
     if target.exists():
         shutil.rmtree(target)
-    shutil.copytree(course / "autograded" / student / lab, target)
+    shutil.copytree(course / "autograded" / student / lab, target, ignore=_no_links)
     if feedback:
         rc, out = _run(["generate_feedback", lab, "--student", student, "--force", "--db", db],
                        course, 600, course / "feedback.log")
         fb = course / "feedback" / student / lab
         if rc == 0 and fb.is_dir():
+            for html in fb.glob("*.html"):
+                _annotate_feedback(html, row)
             ftarget = root / "feedback" / student / lab
             if ftarget.exists():
                 shutil.rmtree(ftarget)
-            shutil.copytree(fb, ftarget)
+            shutil.copytree(fb, ftarget, ignore=_no_links)
         else:
             row.notes.append("feedback could not be generated")
-    row.reason = "; ".join(dict.fromkeys(row.notes))
+            row.reason = "; ".join(dict.fromkeys(row.notes))
     return row
+
+
+def _finish(row: Row) -> Row:
+    row.summary = summarize(row)
+    return row
+
+
+def _has_cuda() -> bool:
+    from .device import has_cuda
+
+    return has_cuda()
+
+
+def _perf_mode(perf: str | None) -> str:
+    if perf is not None:
+        if perf not in ("off", "cuda", "fake"):
+            raise ValueError(f"perf: expected 'off', 'cuda' or 'fake', got {perf!r}")
+        return perf
+    if os.environ.get("MLSYS_FAKE_TIMER") == "1":
+        return "fake"
+    from .device import has_cuda
+
+    return "cuda" if has_cuda() else "off"
 
 
 def grade(root: Path | None = None, *, submitted: Path | None = None, out_csv: Path | None = None,
           timeout: float = 3600, cell_timeout: int | None = None, labs: list[str] | None = None,
-          feedback: bool = True, jobs: int = 1, verbose: bool = True) -> list[Row]:
-    """Autograde every ``submitted/<student>/<lab>/<lab>.ipynb``; write the CSV; return its rows.
+          feedback: bool = True, jobs: int = 1, verbose: bool = True, use_sandbox: bool = True,
+          perf: str | None = None, limits: sandbox.Limits | None = None) -> list[Row]:
+    """Autograde every ``submitted/<student>/<lab>/<lab>.ipynb``; update the CSV; return the rows.
 
-    ``timeout`` bounds one submission's whole autograde (seconds); ``cell_timeout`` overrides the
-    per-cell limit from nbgrader_config.py; ``jobs`` submissions are graded at a time (keep 1 where
-    performance cells are timed on a GPU). Results go to ``autograded/`` and ``feedback/`` under
-    ``root`` and to ``out_csv`` (default ``root/grades.csv``).
+    ``timeout`` bounds one submission's whole run (seconds; cells run before it keep their points);
+    ``cell_timeout`` overrides the per-cell limit from nbgrader_config.py; ``jobs`` submissions are
+    graded at a time (keep 1 where performance cells are timed on a GPU). ``use_sandbox=False`` runs
+    student code unconfined (logged loudly). ``perf`` is "cuda", "fake" (deterministic fake timer,
+    for CI) or "off"; default: "cuda" where CUDA is present, "fake" if ``MLSYS_FAKE_TIMER=1``, else
+    "off" (performance reported as not graded). Results go to ``autograded/`` and ``feedback/``
+    under ``root`` and to ``out_csv`` (default ``root/grades.csv``), where rows of labs not graded
+    in this run are kept. Raises :class:`mlsys.course.sandbox.SandboxUnavailable` when bubblewrap
+    cannot run and ``use_sandbox`` is true.
     """
     from concurrent.futures import ThreadPoolExecutor
 
     root = (root or labs_root()).resolve()
     submitted = (submitted or root / "submitted").resolve()
     out_csv = out_csv or root / "grades.csv"
+    if use_sandbox:
+        sandbox.check()
+    else:
+        print(sandbox.NO_SANDBOX_WARNING, file=sys.stderr, flush=True)
     known = lab_names(root)
     todo: list[tuple[str, str, Path]] = []
     rows: list[Row] = []
     students = sorted(p.name for p in submitted.iterdir() if p.is_dir()) if submitted.is_dir() else []
     for student in students:
-        for labdir in sorted(p for p in (submitted / student).iterdir() if p.is_dir()):
+        for labdir in sorted(p for p in (submitted / student).iterdir() if p.is_dir() and not p.is_symlink()):
             lab = labdir.name
             if labs and lab not in labs:
                 continue
             if lab not in known:
-                rows.append(_failed(Row(student, lab), f"unknown lab {lab!r}; expected one of {known}"))
+                rows.append(_finish(_failed(Row(student, lab), f"unknown lab {lab!r}; expected one of {known}")))
                 continue
             todo.append((student, lab, labdir))
-    before = {p: _sha(p) for _, _, d in todo for p in d.rglob("*") if p.is_file()}
+    before = {p: _sha(p) for _, _, d in todo for p in d.rglob("*") if p.is_file() and not p.is_symlink()}
     extra = [f"--Execute.timeout={int(cell_timeout)}"] if cell_timeout else []
     with tempfile.TemporaryDirectory(prefix="mlsys-grade-") as tmp:
         needed = sorted({lab for _, lab, _ in todo})
@@ -415,14 +567,21 @@ def grade(root: Path | None = None, *, submitted: Path | None = None, out_csv: P
             _generate(base, lab)
         work = Path(tmp) / "jobs"
         work.mkdir()
+        scratch = Path(tmp) / "scratch"
+        scratch.mkdir()
+        run = _RunSettings(mode="bwrap" if use_sandbox else "none", site=sandbox.build_site(Path(tmp) / "site"),
+                           scratch=scratch, perf=_perf_mode(perf), limits=limits or sandbox.Limits(), gpu=_has_cuda())
+        for p in run.site.rglob("*"):  # read-only for everyone: the sandbox binds it read-only as well
+            if p.is_file():
+                p.chmod(0o444)
 
         def one(job: tuple[str, str, Path]) -> Row:
             student, lab, labdir = job
             try:
                 return _grade_one(student, lab, labdir, base, work, root, submitted, timeout=timeout, extra=extra,
-                                  feedback=feedback, verbose=verbose)
+                                  feedback=feedback, verbose=verbose, run=run)
             except Exception as exc:  # the run goes on; the row says what went wrong
-                return _failed(Row(student, lab), f"grading error: {type(exc).__name__}: {exc}")
+                return _finish(_failed(Row(student, lab), f"grading error: {type(exc).__name__}: {exc}"))
 
         with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
             rows.extend(pool.map(one, todo))
@@ -430,23 +589,40 @@ def grade(root: Path | None = None, *, submitted: Path | None = None, out_csv: P
     if after != before:  # a safety net: grading must never change what students handed in
         raise RuntimeError("a submitted file changed during grading; this is a bug in mlsys.course.teach")
     rows.sort(key=lambda r: (r.student, r.lab))
-    write_csv(rows, out_csv)
+    write_csv(rows, out_csv, keep_other_labs=True)
     return rows
 
 
-def write_csv(rows: list[Row], path: Path) -> None:
-    """The grade report: one line per (student, lab), columns :data:`CSV_FIELDS`."""
+def _csv_value(d: dict[str, Any]) -> dict[str, Any]:
+    for k in ("correctness_score", "correctness_max", "performance_score", "performance_max", "manual_max",
+              "total_score"):
+        if isinstance(d.get(k), float):
+            d[k] = f"{d[k]:g}"
+    return d
+
+
+def write_csv(rows: list[Row], path: Path, *, keep_other_labs: bool = False) -> None:
+    """The grade report: one line per (student, lab), columns :data:`CSV_FIELDS`.
+
+    With ``keep_other_labs``, lines of an existing report whose lab is not among ``rows``' labs are
+    kept (grading Lab 2 leaves Lab 1's grades as they were); the labs in ``rows`` are replaced whole.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", newline="", encoding="utf-8") as fh:
-        w = csv.DictWriter(fh, fieldnames=CSV_FIELDS, extrasaction="ignore")
+    kept: list[dict[str, Any]] = []
+    graded_labs = {r.lab for r in rows}
+    if keep_other_labs and path.is_file():
+        with open(path, newline="", encoding="utf-8") as fh:
+            kept = [r for r in csv.DictReader(fh) if r.get("lab") not in graded_labs]
+    lines = kept + [_csv_value(asdict(r)) for r in rows]
+    lines.sort(key=lambda d: (str(d.get("student")), str(d.get("lab"))))
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", newline="", encoding="utf-8") as fh:
+        w = csv.DictWriter(fh, fieldnames=CSV_FIELDS, extrasaction="ignore", restval="")
         w.writeheader()
-        for r in rows:
-            d = asdict(r)
-            for k in ("correctness_score", "correctness_max", "performance_score", "performance_max", "manual_max",
-                      "total_score"):
-                if isinstance(d[k], float):
-                    d[k] = f"{d[k]:g}"
+        for d in lines:
             w.writerow(d)
+    tmp.replace(path)
+
 
 
 def _zero(row: Row) -> Row:
@@ -488,6 +664,11 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--cell-timeout", type=int, help="seconds per cell (default: nbgrader_config.py, 600)")
     g.add_argument("--no-feedback", action="store_true", help="skip the HTML feedback")
     g.add_argument("--jobs", type=int, default=1, help="submissions graded at a time (default 1: GPU timings stay fair)")
+    g.add_argument("--no-sandbox", action="store_true",
+                   help="run student code WITHOUT the bubblewrap sandbox (logged loudly; trusted submissions only)")
+    g.add_argument("--perf", choices=["cuda", "fake", "off"],
+                   help="performance cells: time on CUDA, use the fake timer (CI), or report not graded "
+                        "(default: cuda where present, fake if MLSYS_FAKE_TIMER=1, else off)")
     a = p.parse_args(argv)
     if a.cmd == "release":
         for path in release(a.labs or None):
@@ -500,8 +681,13 @@ def main(argv: list[str] | None = None) -> int:
         if problems:
             print("run `make release` and commit labs/release/", file=sys.stderr)
         return 1 if problems else 0
-    rows = grade(submitted=a.submitted, out_csv=a.csv, timeout=a.timeout, cell_timeout=a.cell_timeout,
-                 labs=a.labs or None, feedback=not a.no_feedback, jobs=a.jobs)
+    try:
+        rows = grade(submitted=a.submitted, out_csv=a.csv, timeout=a.timeout, cell_timeout=a.cell_timeout,
+                     labs=a.labs or None, feedback=not a.no_feedback, jobs=a.jobs, use_sandbox=not a.no_sandbox,
+                     perf=a.perf)
+    except sandbox.SandboxUnavailable as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     failed = sum(r.status != "ok" for r in rows)
     print(f"graded {len(rows)} submission(s), {failed} with problems; report: {a.csv or labs_root() / 'grades.csv'}")
     return 0

@@ -1,0 +1,112 @@
+"""Run a notebook cell by cell inside the sandbox and stream each executed cell to the grader.
+
+``python -m mlsys.course.cellrunner`` reads one JSON job on stdin::
+
+    {"notebook": "lab.ipynb", "skip": [indices not to run], "timeout": 600, "interrupt_on_timeout": true,
+     "startup_timeout": 120, "error_on_timeout": {...}, "nonce": "..."}
+
+and writes one line per executed code cell, ``<nonce> {"index": i, "outputs": [...], "execution_count": n}``,
+then ``<nonce> {"done": true, "kernel_died": i | null}``, to its **original** standard output.
+Before the kernel starts, that output is moved to a private descriptor, standard input, output and
+error are pointed at ``/dev/null`` and the process makes itself non-dumpable, so code in the kernel
+(the same user id, without capabilities) can neither write forged lines into the stream nor open
+this process's descriptors through ``/proc``. A cell's result is sent as soon as it finishes, so a
+kernel that dies, or a sandbox killed at its time limit, loses only the cells after it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+DIED = "the kernel died while running this cell (a crash such as an out-of-bounds access, os._exit or running out of memory)"
+NOT_RUN = "not run: the kernel died in an earlier cell ({where}); cells graded before it keep their points"
+
+
+def _private_stdout() -> Any:
+    fd = os.dup(1)
+    os.set_inheritable(fd, False)
+    null = os.open(os.devnull, os.O_RDWR)
+    for std in (0, 1, 2):
+        os.dup2(null, std)
+    os.close(null)
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 0: /proc/<pid>/fd is no longer ours to share
+    except Exception:  # not Linux: the sandbox is Linux-only anyway
+        pass
+    return os.fdopen(fd, "w", buffering=1, encoding="utf-8")
+
+
+def error_output(ename: str, evalue: str) -> dict[str, Any]:
+    """An nbformat error output (nbgrader scores a test cell holding one as zero)."""
+    return {"output_type": "error", "ename": ename, "evalue": evalue, "traceback": [f"{ename}: {evalue}"]}
+
+
+def main() -> int:
+    job = json.loads(sys.stdin.read())
+    out = _private_stdout()
+    nonce = job["nonce"]
+
+    def emit(obj: dict[str, Any]) -> None:
+        out.write(f"{nonce} {json.dumps(obj)}\n")
+        out.flush()
+
+    import nbformat
+    from nbclient import NotebookClient
+    from nbclient.exceptions import DeadKernelError
+
+    nb = nbformat.read(job["notebook"], as_version=4)
+    os.remove(job["notebook"])  # the restored hidden tests are not left on disk for the answer cells to read
+    skip = set(job.get("skip", []))
+    client = NotebookClient(
+        nb, timeout=job.get("timeout", 600), startup_timeout=job.get("startup_timeout", 120),
+        interrupt_on_timeout=job.get("interrupt_on_timeout", True), allow_errors=True, kernel_name="python3",
+        error_on_timeout=job.get("error_on_timeout"), extra_arguments=["--HistoryManager.hist_file=:memory:"],
+        resources={"metadata": {"path": os.getcwd()}}, record_timing=False,
+    )
+
+    def on_executed(cell: Any, cell_index: int, execute_reply: dict[str, Any], **_: Any) -> None:
+        # an error whose traceback was hidden (a custom exception handler, a cleared output) still costs the cell
+        content = (execute_reply or {}).get("content", {})
+        status[cell_index] = str(content.get("status", "unknown"))
+        if content.get("status") == "error" and not any(o.get("output_type") == "error" for o in cell.outputs):
+            ename = content.get("ename") or "Error"
+            why = ("the cell ran past the per-cell time limit and did not stop when interrupted"
+                   if ename == "CellTimeoutError" else f"{content.get('evalue', '')} (the cell raised; its traceback was hidden)")
+            cell.outputs.append(nbformat.from_dict(error_output(ename, why)))
+
+    status: dict[int, str] = {}
+    client.on_cell_executed = on_executed
+    died: int | None = None
+    try:
+        with client.setup_kernel():
+            for index, cell in enumerate(nb.cells):
+                if cell.cell_type != "code" or index in skip:
+                    continue
+                if died is not None:
+                    emit({"index": index, "outputs": [error_output("KernelDied", NOT_RUN.format(where=f"cell {died}"))],
+                          "execution_count": None})
+                    continue
+                try:
+                    client.execute_cell(cell, index)
+                except DeadKernelError:
+                    died = index
+                    cell.outputs.append(nbformat.from_dict(error_output("KernelDied", DIED)))
+                except Exception as exc:  # nbclient's own failures cost this cell, not the notebook
+                    cell.outputs.append(nbformat.from_dict(error_output(type(exc).__name__, str(exc)[:500])))
+                emit({"index": index, "outputs": cell.outputs, "execution_count": cell.get("execution_count"),
+                      "status": status.get(index, "no reply")})
+    except DeadKernelError:
+        died = -1 if died is None else died
+    except Exception as exc:  # the kernel did not start, say why
+        emit({"fatal": f"{type(exc).__name__}: {str(exc)[:500]}"})
+    emit({"done": True, "kernel_died": died})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

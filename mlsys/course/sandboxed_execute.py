@@ -1,0 +1,278 @@
+"""nbgrader's execution step, moved into a sandbox; performance cells scored by trusted code.
+
+``make grade`` (:mod:`mlsys.course.teach`) runs ``nbgrader autograde`` outside any sandbox: it
+restores the test cells from the gradebook, scores the executed notebook and writes the gradebook,
+none of which student code can reach. Only the execution is replaced. ``labs/nbgrader_config.py``
+swaps nbgrader's ``Execute`` for :class:`SandboxedExecute` when ``MLSYS_SANDBOX`` (JSON, set by
+teach) is in the environment:
+
+1. the notebook (test cells restored; ``perf_*`` cells left out) and the submission's other files
+   go into a fresh scratch folder; :mod:`mlsys.course.cellrunner` executes it in bubblewrap
+   (:mod:`mlsys.course.sandbox`) and streams each executed cell back, so a dead kernel or the
+   wall-clock limit costs only the cells after it (they get an error output, hence zero);
+2. where performance is graded here (CUDA present, or the fake timer selected), a second, fresh
+   sandbox runs :mod:`mlsys.course.trusted` over the answer cells only, from an untouched copy of the
+   submission, and each ``perf_*`` cell's output becomes its verdict (points as the cell's value, or
+   an error with the reason); elsewhere the cell says :data:`mlsys.course.grading.NOT_GRADED`;
+3. what happened (kernel death, time limit, perf verdicts) is written to the report file named in
+   ``MLSYS_SANDBOX`` for teach's CSV row.
+
+Settings (keys of ``MLSYS_SANDBOX``): ``mode`` ("bwrap" | "none"), ``site`` (read-only mlsys
+install), ``scratch`` (parent of scratch folders), ``wall`` (seconds for the whole submission),
+``perf`` ("off" | "cuda" | "fake"), ``cases`` (the lab's perf.toml as a dict), ``report`` (path),
+``limits`` (:class:`mlsys.course.sandbox.Limits` fields), ``gpu`` (pass the GPU into the sandbox).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from nbgrader.preprocessors import Execute
+
+from . import sandbox
+from .cellrunner import error_output
+from .grading import NOT_GRADED
+
+__all__ = ["SandboxedExecute", "run_in_sandbox", "answer_cells"]
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    from .teach import _kill_tree
+
+    _kill_tree(proc.pid)
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def run_in_sandbox(module: str, job: dict[str, Any], scratch: Path, settings: dict[str, Any], *,
+                   deadline: float, log: Path, on_result: Any = None) -> tuple[list[dict[str, Any]], str]:
+    """Run ``python -P -m module`` on ``job`` in a sandbox over ``scratch``; collect its result lines.
+
+    Returns (results, how it ended: "done" | "timeout" | "exited"). ``on_result`` is called with each
+    result as it arrives. Lines count only with this run's random nonce, read from the process's
+    private output (see :mod:`mlsys.course.cellrunner`).
+    """
+    nonce = secrets.token_hex(16)
+    argv = [sys.executable, "-P", "-m", module]
+    env = None
+    if settings.get("mode") == "bwrap":
+        limits = sandbox.Limits(**settings.get("limits", {}))
+        argv = sandbox.command(argv, scratch, Path(settings["site"]), limits=limits,
+                               gpu=bool(settings.get("gpu")) or settings.get("perf") == "cuda")
+    else:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("MLSYS_SANDBOX")}
+        env.update(PYTHONPATH=settings["site"], HOME=str(scratch), MPLBACKEND="Agg", PYTHONHASHSEED="0")
+    with open(log, "ab") as err:
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, cwd=scratch,
+                                env=env, start_new_session=True)
+    lines: queue.Queue = queue.Queue()
+
+    def reader() -> None:
+        assert proc.stdout is not None
+        for raw in proc.stdout:
+            text = raw.decode("utf-8", "replace")
+            if text.startswith(nonce + " "):
+                try:
+                    lines.put(json.loads(text[len(nonce) + 1:]))
+                except ValueError:
+                    continue
+        lines.put(None)
+
+    threading.Thread(target=reader, daemon=True).start()
+    try:
+        assert proc.stdin is not None
+        proc.stdin.write(json.dumps(dict(job, nonce=nonce)).encode())
+        proc.stdin.close()
+    except OSError:
+        pass
+    results: list[dict[str, Any]] = []
+    ended = "exited"
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            ended = "timeout"
+            break
+        try:
+            item = lines.get(timeout=remaining)
+        except queue.Empty:
+            ended = "timeout"
+            break
+        if item is None:
+            break
+        results.append(item)
+        if on_result is not None:
+            on_result(item)
+        if item.get("done") or module.endswith("trusted"):
+            ended = "done"
+            break
+    _kill(proc)  # whatever the sandbox still runs (detached processes included) ends here
+    return results, ended
+
+
+def _nbg(cell: Any) -> dict[str, Any]:
+    return cell.get("metadata", {}).get("nbgrader", {}) or {}
+
+
+def _is_test(cell: Any) -> bool:
+    m = _nbg(cell)
+    return bool(m.get("grade")) and not m.get("solution")
+
+
+def answer_cells(nb: Any) -> list[str]:
+    """Sources of every code cell that is not an autograded test cell (what the learner controls)."""
+    out = []
+    for cell in nb.get("cells", []):
+        if cell.get("cell_type") == "code" and not _is_test(cell):
+            src = cell.get("source", "")
+            out.append("".join(src) if isinstance(src, list) else src)
+    return out
+
+
+def _copy_submission(src: Path | None, dest: Path) -> None:
+    """The submission's files (no notebooks, no symbolic links) into ``dest``."""
+    dest.mkdir(parents=True, exist_ok=True)
+    if src is None or not src.is_dir():
+        return
+    for p in src.rglob("*"):
+        rel = p.relative_to(src)
+        if p.is_symlink() or any(part.startswith(".") for part in rel.parts) or p.suffix == ".ipynb":
+            continue
+        if p.is_dir():
+            (dest / rel).mkdir(parents=True, exist_ok=True)
+        elif p.is_file():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(p, dest / rel)
+
+
+class SandboxedExecute(Execute):
+    """nbgrader's Execute step, run in bubblewrap by :mod:`mlsys.course.cellrunner` (see the module doc)."""
+
+    def preprocess(self, nb: Any, resources: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+        import nbformat
+
+        settings = json.loads(os.environ.get("MLSYS_SANDBOX", "{}"))
+        if settings.get("mode") not in ("bwrap", "none"):
+            raise RuntimeError("SandboxedExecute: MLSYS_SANDBOX must name mode 'bwrap' or 'none' (set by `make grade`)")
+        start = time.monotonic()
+        deadline = start + float(settings.get("wall", 3600))
+        report: dict[str, Any] = {"kernel_died": None, "timed_out": False, "not_run": 0, "perf": {}, "fatal": ""}
+        src_dir = Path(resources.get("metadata", {}).get("path") or ".")
+        root = Path(tempfile.mkdtemp(prefix="sub-", dir=settings.get("scratch")))
+        try:
+            self._execute(nb, settings, src_dir, root, deadline, report, nbformat)
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+            if settings.get("report"):
+                Path(settings["report"]).write_text(json.dumps(report, indent=1), encoding="utf-8")
+        return nb, resources
+
+    def _execute(self, nb: Any, settings: dict[str, Any], src_dir: Path, root: Path, deadline: float,
+                 report: dict[str, Any], nbformat: Any) -> None:
+        perf_all = {i for i, c in enumerate(nb.cells) if _is_test(c) and str(_nbg(c).get("grade_id", "")).startswith("perf_")}
+        cases = settings.get("cases") or {}
+        if settings.get("perf", "off") == "off":
+            perf_idx = perf_all  # not graded here: none of them runs
+        else:  # cells the lab's perf.toml covers are measured by the trusted process, the rest (legacy) by the notebook
+            perf_idx = {i for i in perf_all if _nbg(nb.cells[i]).get("grade_id") in cases}
+            report["legacy_perf"] = sorted(str(_nbg(nb.cells[i]).get("grade_id")) for i in perf_all - perf_idx)
+        work = root / "run"
+        _copy_submission(src_dir, work)
+        name = "notebook.ipynb"
+        nbformat.write(nb, str(work / name))
+        job = {"notebook": name, "skip": sorted(perf_idx), "timeout": self.timeout,
+               "interrupt_on_timeout": self.interrupt_on_timeout, "startup_timeout": self.startup_timeout,
+               "error_on_timeout": self.error_on_timeout}
+        results, ended = run_in_sandbox("mlsys.course.cellrunner", job, work, settings, deadline=deadline,
+                                        log=root / "cellrunner.log")
+        got: dict[int, dict[str, Any]] = {}
+        for item in results:
+            if "index" in item:
+                got[int(item["index"])] = item
+            if item.get("fatal"):
+                report["fatal"] = item["fatal"]
+            if item.get("done") and item.get("kernel_died") is not None:
+                report["kernel_died"] = _label(nb, item["kernel_died"])
+        if ended == "timeout":
+            report["timed_out"] = True
+        why = ("not run: the submission reached its time limit of {wall:g} s before this cell; cells run before it "
+               "keep their points" if ended == "timeout" else "not run: the notebook's process ended early ({fatal})")
+        for i, cell in enumerate(nb.cells):
+            if cell.cell_type != "code" or i in perf_idx:
+                continue
+            if i in got:
+                cell.outputs = [nbformat.from_dict(o) for o in got[i].get("outputs", [])]
+                cell.execution_count = got[i].get("execution_count")
+                status = got[i].get("status")
+                if status != "ok" and not any(o.get("output_type") == "error" for o in cell.outputs):
+                    # points need a kernel that said "ok": a cell without outputs would otherwise earn them
+                    cell.outputs.append(nbformat.from_dict(error_output(
+                        "NotCompleted", f"the kernel did not report this cell as completed (status: {status})")))
+            else:
+                report["not_run"] += 1
+                cell.outputs = [nbformat.from_dict(error_output(
+                    "NotRun", why.format(wall=float(settings.get("wall", 3600)), fatal=report["fatal"] or "crash")))]
+        self._performance(nb, settings, src_dir, root, deadline, report, perf_idx, nbformat)
+
+    def _performance(self, nb: Any, settings: dict[str, Any], src_dir: Path, root: Path, deadline: float,
+                     report: dict[str, Any], perf_idx: set[int], nbformat: Any) -> None:
+        if not perf_idx:
+            return
+        cases = settings.get("cases") or {}
+        mode = settings.get("perf", "off")
+        verdicts: dict[str, Any] = {}
+        if mode != "off" and cases:
+            work = root / "perf"  # an untouched copy: nothing the first run wrote can shadow an import
+            _copy_submission(src_dir, work)
+            job = {"cases": cases, "cells": answer_cells(nb), "fake": mode == "fake"}
+            results, ended = run_in_sandbox("mlsys.course.trusted", job, work, settings, deadline=deadline,
+                                            log=root / "trusted.log")
+            result = results[0] if results else {"fatal": "time limit reached" if ended == "timeout" else
+                                                 "the trusted process ended without a verdict"}
+            if result.get("fatal"):
+                report["fatal"] = report["fatal"] or f"performance: {result['fatal']}"
+            verdicts = result.get("verdicts", {})
+        for i in sorted(perf_idx):
+            cell = nb.cells[i]
+            gid = _nbg(cell).get("grade_id")
+            points = float(_nbg(cell).get("points", 0))
+            if mode == "off":
+                outs = [{"output_type": "stream", "name": "stdout", "text": NOT_GRADED + "\n"},
+                        {"output_type": "execute_result", "execution_count": None, "metadata": {},
+                         "data": {"text/plain": "0.0"}}]
+            elif gid not in verdicts:
+                reason = ("no trusted measurement for this cell: the lab's perf.toml has no [" + str(gid) + "]"
+                          if gid not in cases else f"no verdict ({report['fatal'] or 'the trusted process failed'})")
+                outs = [error_output("PerformanceNotMeasured", reason)]
+            else:
+                v = verdicts[gid]
+                report["perf"][gid] = v
+                text = "".join(line + "\n" for line in v.get("lines", []))
+                if v.get("reason"):
+                    outs = ([{"output_type": "stream", "name": "stdout", "text": text}] if text else []) + [
+                        error_output("PerformanceRefused", v["reason"])]
+                else:
+                    score = min(points, points * float(v.get("credit") or 0.0))
+                    outs = [{"output_type": "stream", "name": "stdout", "text": text or "measured by the grader\n"},
+                            {"output_type": "execute_result", "execution_count": None, "metadata": {},
+                             "data": {"text/plain": f"{score:.4g}"}}]
+            cell.outputs = [nbformat.from_dict(o) for o in outs]
+
+
+def _label(nb: Any, index: int) -> str:
+    if index is None or index < 0 or index >= len(nb.cells):
+        return "while starting"
+    cell = nb.cells[index]
+    return str(_nbg(cell).get("grade_id") or cell.get("id") or f"cell {index}")

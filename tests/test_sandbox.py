@@ -1,0 +1,172 @@
+"""The grading sandbox (bubblewrap): what student code can and cannot reach, and its limits.
+
+Each test runs a small Python program through :func:`mlsys.course.sandbox.command` and asserts what
+it saw. Tests that need bubblewrap skip, saying why, where it cannot run (not installed, or user
+namespaces disabled); the error-path tests run everywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mlsys.course import sandbox, teach
+
+
+def _bwrap_or_skip() -> None:
+    try:
+        sandbox.check()
+    except sandbox.SandboxUnavailable as exc:
+        pytest.skip(f"bubblewrap cannot run here: {exc}")
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    return sandbox.build_site(tmp_path_factory.mktemp("site"))
+
+
+PROBE = r'''
+import json, os, socket, sys, pathlib
+out = {}
+def attempt(name, fn):
+    try:
+        out[name] = ["ok", str(fn())[:200]]
+    except BaseException as exc:
+        out[name] = [type(exc).__name__, str(exc)[:200]]
+secret = sys.argv[1]
+attempt("read_secret", lambda: open(secret).read())
+attempt("write_outside", lambda: open(os.path.join(os.path.dirname(secret), "planted.txt"), "w").write("x"))
+attempt("write_etc", lambda: open("/etc/planted", "w").write("x"))
+attempt("write_scratch", lambda: open("mine.txt", "w").write("x"))
+attempt("network", lambda: socket.create_connection(("1.1.1.1", 53), timeout=3))
+attempt("mlsys_file", lambda: __import__("mlsys").__file__)
+attempt("uid", lambda: os.getuid())
+attempt("pid", lambda: os.getpid())
+attempt("repo_labs", lambda: os.listdir(str(pathlib.Path(__import__("mlsys").__file__).parents[1] / "labs")))
+print(json.dumps(out))
+'''
+
+
+def _probe(tmp_path: Path, site: Path, **kw) -> dict:
+    secret = tmp_path / "teacher" / "solutions.txt"
+    secret.parent.mkdir()
+    secret.write_text("the answers")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    (scratch / "probe.py").write_text(PROBE)
+    cmd = sandbox.command([sys.executable, "-P", "probe.py", str(secret)], scratch, site, **kw)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    seen["_scratch"] = scratch
+    seen["_outside"] = secret.parent
+    return seen
+
+
+def test_student_code_sees_only_its_scratch_folder(tmp_path, site):
+    _bwrap_or_skip()
+    seen = _probe(tmp_path, site)
+    assert seen["read_secret"][0] == "FileNotFoundError", seen["read_secret"]
+    assert seen["write_outside"][0] in ("FileNotFoundError", "OSError", "PermissionError"), seen["write_outside"]
+    assert not (seen["_outside"] / "planted.txt").exists()
+    assert seen["write_etc"][0] in ("OSError", "PermissionError"), seen["write_etc"]  # read-only file system
+    assert seen["write_scratch"][0] == "ok" and (seen["_scratch"] / "mine.txt").read_text() == "x"
+    assert seen["network"][0] != "ok", f"the network was reachable: {seen['network']}"
+    # mlsys is the installed copy, not the repository; the repository's labs folder does not exist
+    assert seen["mlsys_file"][1] == "/sandbox/site/mlsys/__init__.py", seen["mlsys_file"]
+    assert seen["repo_labs"][0] == "FileNotFoundError", seen["repo_labs"]
+    assert seen["uid"][1] == "1000"  # not root inside
+    assert int(seen["pid"][1]) < 10  # its own process-id namespace: nothing outside is visible or killable
+
+
+def test_memory_cap_stops_a_large_allocation(tmp_path, site):
+    _bwrap_or_skip()
+    scratch = tmp_path / "s"
+    scratch.mkdir()
+    code = "try:\n    b = bytearray(3 * 2**30)\n    print('allocated')\nexcept MemoryError:\n    print('MemoryError')\n"
+    cmd = sandbox.command([sys.executable, "-c", code], scratch, site, limits=sandbox.Limits(memory_bytes=2**30))
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.stdout.strip() == "MemoryError", (proc.stdout, proc.stderr[-500:])
+
+
+def test_processes_end_with_the_sandbox(tmp_path, site):
+    """A detached child (new session, parent exits) dies when the sandbox's first process ends."""
+    _bwrap_or_skip()
+    scratch = tmp_path / "s"
+    scratch.mkdir()
+    code = ("import subprocess\nsubprocess.Popen(['sleep', '31339'], start_new_session=True, "
+            "stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\nprint('started')\n")
+    proc = subprocess.run(sandbox.command([sys.executable, "-c", code], scratch, site), capture_output=True,
+                          text=True, timeout=60)
+    assert proc.stdout.strip() == "started"
+    import time
+
+    time.sleep(0.5)
+    alive = []
+    for d in Path("/proc").glob("[0-9]*"):
+        try:
+            if b"31339" in (d / "cmdline").read_bytes():
+                alive.append(d.name)
+        except OSError:
+            continue
+    assert not alive, f"processes outlived the sandbox: {alive}"
+
+
+def test_site_is_an_install_of_the_package_only(site):
+    assert (site / "mlsys" / "__init__.py").is_file()
+    assert not (site / "labs").exists() and not list(site.rglob("*.ipynb"))
+    assert not list(site.rglob("*.pth")) and not any(p.is_symlink() for p in site.rglob("*"))
+
+
+def test_missing_bwrap_is_a_clear_error(monkeypatch):
+    monkeypatch.setattr(sandbox.shutil, "which", lambda name: None)
+    with pytest.raises(sandbox.SandboxUnavailable, match="apt-get install bubblewrap"):
+        sandbox.check()
+    assert teach.main(["grade", "--submitted", "/nonexistent-folder"]) == 2
+
+
+def test_limits_reject_nonsense():
+    with pytest.raises(ValueError, match="memory_bytes"):
+        sandbox.Limits(memory_bytes=0)
+
+
+def test_no_sandbox_is_logged_loudly(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(sandbox, "build_site", lambda dest: dest)  # nothing to grade: skip the install
+    root = tmp_path / "course"
+    (root / "source").mkdir(parents=True)
+    (root / "nbgrader_config.py").write_text("c = get_config()\n")
+    rows = teach.grade(root, use_sandbox=False, verbose=False)
+    assert rows == []
+    err = capsys.readouterr().err
+    assert "--no-sandbox" in err and "not trustworthy" in err
+
+
+# ------------------------------------------------------------------ the report
+
+
+def test_summary_counts_ungraded_performance_and_pending_written_answers_apart():
+    row = teach.Row("ann", "lab1", correctness_score=11.0, correctness_max=11.0, performance_max=2.0,
+                    performance="not graded (no GPU)", performance_score="", manual_max=2.0)
+    assert teach.summarize(row) == ("11 / 11 autograded; performance (2 points) not graded here (no GPU); "
+                                    "2 points of written answers pending")
+    row = teach.Row("ann", "lab2", correctness_score=8.0, correctness_max=12.0, performance_max=4.0,
+                    performance_score=1.5)
+    assert teach.summarize(row) == "8 / 12 autograded; performance 1.5 / 4"
+
+
+def test_grading_one_lab_keeps_the_other_labs_rows(tmp_path):
+    path = tmp_path / "grades.csv"
+    teach.write_csv([teach.Row("ann", "lab1", correctness_score=5.0), teach.Row("ann", "lab2", correctness_score=1.0),
+                     teach.Row("ben", "lab2", correctness_score=2.0)], path)
+    teach.write_csv([teach.Row("ann", "lab2", correctness_score=7.0)], path, keep_other_labs=True)
+    import csv
+
+    with open(path, newline="") as fh:
+        rows = {(r["student"], r["lab"]): r for r in csv.DictReader(fh)}
+    assert set(rows) == {("ann", "lab1"), ("ann", "lab2")}  # lab2 regraded as a whole: ben's old row is gone
+    assert rows["ann", "lab1"]["correctness_score"] == "5" and rows["ann", "lab2"]["correctness_score"] == "7"
+    assert "flags" in rows["ann", "lab1"] and "summary" in rows["ann", "lab1"]
