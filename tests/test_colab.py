@@ -84,12 +84,13 @@ def test_apply_rewrites_a_fork_url_everywhere(tmp_path):
 
 
 _RUN = textwrap.dedent('''
-    import json, sys
+    import json, linecache, sys
     sys.path.insert(0, sys.argv[3])      # the fake google.colab
     import google.colab                  # noqa: F401  (Colab has it imported)
     cells = json.loads(open(sys.argv[1]).read())
     ns = {"__name__": "__main__"}
-    for gid, src in cells:
+    for gid, src in cells:               # as Jupyter does: each cell's source is findable by inspect
+        linecache.cache[f"<{gid}>"] = (len(src), None, src.splitlines(True), f"<{gid}>")
         exec(compile(src, f"<{gid}>", "exec"), ns)
     import mlsys
     from mlsys.course import labdata
