@@ -84,12 +84,13 @@ def test_apply_rewrites_a_fork_url_everywhere(tmp_path):
 
 
 _RUN = textwrap.dedent('''
-    import json, sys
+    import json, linecache, sys
     sys.path.insert(0, sys.argv[3])      # the fake google.colab
     import google.colab                  # noqa: F401  (Colab has it imported)
     cells = json.loads(open(sys.argv[1]).read())
     ns = {"__name__": "__main__"}
-    for gid, src in cells:
+    for gid, src in cells:               # as Jupyter does: each cell's source is findable by inspect
+        linecache.cache[f"<{gid}>"] = (len(src), None, src.splitlines(True), f"<{gid}>")
         exec(compile(src, f"<{gid}>", "exec"), ns)
     import mlsys
     from mlsys.course import labdata
@@ -98,9 +99,9 @@ _RUN = textwrap.dedent('''
 ''')
 
 
-def _pip_list(python: Path) -> dict[str, str]:
+def _pip_list(python: Path, env: dict[str, str]) -> dict[str, str]:
     out = subprocess.run([str(python), "-m", "pip", "list", "--format=json"], capture_output=True, text=True,
-                         check=True).stdout
+                         check=True, env=env).stdout
     return {p["name"].lower(): p["version"] for p in json.loads(out)}
 
 
@@ -109,8 +110,16 @@ def test_setup_cell_and_first_exercise_in_a_fresh_colab_like_venv(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "TRITON_INTERPRET")}
     env["MPLBACKEND"] = "Agg"
     wheels = tmp_path / "wheels"
+    # build from a copy, so the checkout gets no build/ or *.egg-info folders
+    src = tmp_path / "src"
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, capture_output=True, text=True,
+                           check=True).stdout.split()
+    for rel in files:
+        if (REPO / rel).is_file():
+            (src / rel).parent.mkdir(parents=True, exist_ok=True)
+            (src / rel).write_bytes((REPO / rel).read_bytes())
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-                    str(REPO), "-w", str(wheels)], check=True, env=env, timeout=300, capture_output=True)
+                    str(src), "-w", str(wheels)], check=True, env=env, timeout=300, capture_output=True)
     (wheel,) = wheels.glob("gpus_for_ml_mlsys-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert any(re.match(r"mlsys/_measurements/.*lab2.*\.json$", n) for n in names), "recorded figures not packaged"
@@ -120,7 +129,7 @@ def test_setup_cell_and_first_exercise_in_a_fresh_colab_like_venv(tmp_path):
     python = venv / "bin" / "python"
     subprocess.run([str(python), "-m", "pip", "install", "--quiet", *COLAB_HAS], check=True, env=env, timeout=600,
                    capture_output=True)
-    before = _pip_list(python)
+    before = _pip_list(python, env)
     assert "pint" not in before and "gpus-for-ml-mlsys" not in before
 
     fake = tmp_path / "fake"
@@ -144,7 +153,7 @@ def test_setup_cell_and_first_exercise_in_a_fresh_colab_like_venv(tmp_path):
         result = json.loads((work / f"{lab}.out").read_text())
         assert Path(result["mlsys"]).is_relative_to(venv), result
         assert result["lab2"] and result["lab3"], "the recorded GPU figures are not found in the installed package"
-    after = _pip_list(python)
+    after = _pip_list(python, env)
     for name in ("torch", "triton", "numpy", "matplotlib"):
         assert after[name] == before[name], f"the setup cell reinstalled {name} ({before[name]} -> {after[name]})"
     added = set(after) - set(before)

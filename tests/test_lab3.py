@@ -48,6 +48,7 @@ def _source(cell: dict) -> str:
 
 def test_nbgrader_metadata_is_schema_3_with_unique_grade_ids():
     ids = []
+    manual = []
     for cell in _cells():
         meta = cell.get("metadata", {}).get("nbgrader")
         if meta is None:
@@ -57,7 +58,10 @@ def test_nbgrader_metadata_is_schema_3_with_unique_grade_ids():
         src = _source(cell)
         if meta["solution"]:
             assert "### BEGIN SOLUTION" in src and "### END SOLUTION" in src, meta["grade_id"]
-            assert not meta["grade"]
+            if meta["grade"]:  # a written answer, graded by hand (Exercise 7)
+                assert cell["cell_type"] == "markdown" and meta["points"] > 0, meta["grade_id"]
+                manual.append(meta["grade_id"])
+                continue
         if meta["grade"]:
             assert meta["grade_id"].startswith(("test_", "perf_")), meta["grade_id"]
             assert meta["points"] > 0 and meta["locked"]
@@ -65,6 +69,7 @@ def test_nbgrader_metadata_is_schema_3_with_unique_grade_ids():
         if "### BEGIN HIDDEN TESTS" in src:
             assert meta["grade"], f"hidden tests outside a test cell: {meta['grade_id']}"
     assert len(ids) == len(set(ids)), "grade ids must be unique"
+    assert manual == ["explain_softmax_limits"]
     for needed in (*KERNEL_CELLS, "test_predict", "test_count_kernels", "test_fused_elementwise",
                    "test_softmax", "test_softmax_stable", "perf_fused_elementwise", "perf_softmax"):
         assert needed in ids

@@ -49,8 +49,8 @@ class Mistake:
     lab: str
     name: str
     cell: str  # grade_id of the solution cell edited
-    old: str  # text of the instructor solution ...
-    new: str  # ... replaced by the learner's mistake
+    old: str | tuple[str, ...]  # text(s) of the instructor solution ...
+    new: str | tuple[str, ...]  # ... replaced by the learner's mistake
     lost: frozenset[str]  # graded cells that must fail: the exercise's test cells
     message: str  # a regular expression the failing cell's message must match
 
@@ -67,7 +67,8 @@ MISTAKES = [
             "tl.store(out_ptr + offsets, x + y, mask=mask)", "tl.store(out_ptr + offsets, x + y)",
             frozenset({"test_add"}), r"wrote \d+ elements? past the end of out.*check the store mask"),
     Mistake("lab2_tiled_matmul", "fp16 accumulation in the naive matmul", "naive_kernel",
-            "acc = tl.zeros((BLOCK_K,), dtype=tl.float32)", "acc = tl.zeros((BLOCK_K,), dtype=a_ptr.dtype.element_ty)",
+            ("acc = tl.zeros((BLOCK_K,), dtype=tl.float32)", "acc += a.to(tl.float32) * b.to(tl.float32)"),
+            ("acc = tl.zeros((BLOCK_K,), dtype=a_ptr.dtype.element_ty)", "acc += a * b"),  # "accumulate in the input dtype"
             frozenset({"test_naive"}), r"fp16 accumulation"),
     Mistake("lab2_tiled_matmul", "fp16 accumulation in the tiled matmul", "tiled_kernel",
             "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)", "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float16)",
@@ -105,6 +106,12 @@ MISTAKES = [
 ]
 
 
+def _edits(m: Mistake) -> list[tuple[str, str]]:
+    olds = (m.old,) if isinstance(m.old, str) else m.old
+    news = (m.new,) if isinstance(m.new, str) else m.new
+    return list(zip(olds, news, strict=True))
+
+
 def _groups() -> list[tuple[Mistake, ...]]:
     """Mistakes that touch different cells and different exercises share one notebook run.
 
@@ -131,8 +138,10 @@ def _inject(mistakes: tuple[Mistake, ...], tmp: Path) -> Path:
     for m in mistakes:
         cell = next(c for c in nb["cells"] if _gid(c) == m.cell)
         src = _src(cell)
-        assert src.count(m.old) == 1, f"{m.name}: the instructor solution no longer contains {m.old!r}"
-        cell["source"] = src.replace(m.old, m.new)
+        for old, new in _edits(m):
+            assert src.count(old) == 1, f"{m.name}: the instructor solution no longer contains {old!r}"
+            src = src.replace(old, new)
+        cell["source"] = src
     path = tmp / f"{lab}.ipynb"
     path.write_text(json.dumps(nb), encoding="utf-8")
     return path
@@ -230,7 +239,8 @@ def test_the_corpus_edits_still_apply():
     """Each mistake's edit finds its text in the instructor solution (fast, so a renamed line is noticed)."""
     for m in MISTAKES:
         cell = next(c for c in json.loads(NOTEBOOKS[m.lab].read_text(encoding="utf-8"))["cells"] if _gid(c) == m.cell)
-        assert _src(cell).count(m.old) == 1, f"{m.name}: {m.old!r} not found once in {m.cell}"
+        for old, _ in _edits(m):
+            assert _src(cell).count(old) == 1, f"{m.name}: {old!r} not found once in {m.cell}"
         cell_ids = {_gid(c) for c in json.loads(NOTEBOOKS[m.lab].read_text(encoding="utf-8"))["cells"]}
         assert m.lost <= cell_ids
 

@@ -57,3 +57,22 @@ def test_inductor_kernel_names():
     code = "triton_poi_fused_add_gelu_mul_0 = async_compile.triton('triton_poi_fused_add_gelu_mul_0', '''\n" \
            "cpp_fused_amax_0 = async_compile.cpp_pybinding(['float*'], '''\nx = 1\n"
     assert inductor_code.kernels_in(code) == ["triton_poi_fused_add_gelu_mul_0", "cpp_fused_amax_0"]
+
+
+PART2 = ("layer_roofline", "matmul_alignment", "wave_quantization", "sparsity_24", "kernel_artefacts",
+         "conv_layout", "tile_configs", "inductor_code")
+
+
+def test_part2_experiments_are_registered_shown_and_recorded():
+    from pathlib import Path
+
+    from mlsys.bench import experiment, records
+
+    root = Path(__file__).resolve().parents[1]
+    cat = experiment.catalogue()
+    for name in PART2:
+        exp = cat[name]
+        for page in exp.shown_in:
+            assert (root / f"{page}.md").exists(), f"{name} is shown in {page}, which does not exist"
+        rec = records.load_experiment(name, device="nvidia-h100-80gb-hbm3")
+        assert rec.device.startswith("NVIDIA H100"), f"{name} was not recorded on an H100"

@@ -120,3 +120,21 @@ def test_ncu_raw_csv_parsing_and_units():
     assert ncu_lab2._quantity("furlong", "3") is None
     with pytest.raises(ValueError, match="header"):
         ncu_lab2.parse_raw_csv('"a"\n')
+
+
+def test_burst_and_sustained_on_the_cpu_without_clocks():
+    import numpy as np
+
+    from mlsys.bench.sustained import burst_and_sustained
+
+    a = np.random.default_rng(0).normal(size=(64, 64))
+    out = burst_and_sustained(lambda: a @ a, "cpu", what="64^3 fp64 matmul", flops=2 * 64**3, seconds=0.2,
+                              idle_s=0.02, burst=5)
+    assert out["repeats"] >= 20 and "clocks" not in out
+    assert out["burst"]["throughput"]["unit"] == "TFLOP/s"
+    # by definition: slowdown = sustained time / burst time
+    assert out["slowdown"]["value"] == pytest.approx(out["sustained"]["time"]["value"] / out["burst"]["time"]["value"])
+    with pytest.raises(ValueError, match="flops"):
+        burst_and_sustained(lambda: None, "cpu", what="x", flops=0)
+    with pytest.raises(ValueError, match="seconds"):
+        burst_and_sustained(lambda: None, "cpu", what="x", flops=1, seconds=-1)
