@@ -1,8 +1,8 @@
 """Lab 2's reference matmul kernels (naive, tiled, grouped+autotuned, persistent+TMA) against torch.matmul (cuBLAS), fp16, m = n = k.
 
 The kernels are not copied here: they are the code cells of the instructor notebook
-``labs/source/lab2_tiled_matmul/lab2_tiled_matmul.ipynb`` tagged ``lab2-kernel``, written to a
-temporary module (Triton's JIT reads a kernel's source from its file) and imported. Each kernel
+``labs/source/lab2_tiled_matmul/lab2_tiled_matmul.ipynb`` tagged ``lab2-kernel``, run with
+:mod:`mlsys.course.nbexec` (the one way this course runs a notebook's cells outside Jupyter). Each kernel
 and ``torch.matmul`` are timed with :func:`mlsys.bench.timing.time_fn` on the same inputs in the
 same run; throughput = ``2 m n k`` (:func:`mlsys.roofline.matmul_flops``) / median time; every
 result is checked against ``torch.matmul`` after timing, and on odd shapes beforehand. The
@@ -12,9 +12,6 @@ On a CPU (``--quick``) it runs tiny sizes under the Triton interpreter.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -55,21 +52,24 @@ def kernel_sources(notebook: Path = NOTEBOOK, tag: str = KERNEL_TAG) -> list[tup
     return cells
 
 
-def load_kernels(device: str, workdir: Path, notebook: Path = NOTEBOOK) -> Any:
-    """Write the tagged cells to ``workdir/lab2_kernels.py`` and import it as a module.
+def load_kernels(device: str, notebook: Path = NOTEBOOK) -> Any:
+    """Run the notebook's cells tagged ``lab2-kernel`` (:func:`mlsys.course.nbexec.exec_cells`) in a fresh module.
 
     The module starts with the names the notebook's setup cell provides to them: ``torch``,
-    ``triton``, ``tl`` and ``device`` (``"cuda"`` or ``"cpu"``).
+    ``triton``, ``tl`` and ``device`` (``"cuda"`` or ``"cpu"``). nbexec registers each cell's source,
+    so Triton's JIT reads the kernels as it reads them in Jupyter.
     """
-    parts = ["import torch", "import triton", "import triton.language as tl", f"device = {device!r}", ""]
-    for grade_id, src in kernel_sources(notebook):
-        parts += [f"# ---- notebook cell {grade_id} ----", src, ""]
-    path = workdir / "lab2_kernels.py"
-    path.write_text("\n".join(parts), encoding="utf-8")
-    spec = importlib.util.spec_from_file_location("lab2_kernels", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["lab2_kernels"] = module
-    spec.loader.exec_module(module)
+    import types
+
+    import torch
+    import triton
+    import triton.language as tl
+
+    from ...course.nbexec import exec_cells
+
+    module = types.ModuleType("lab2_kernels")
+    module.__dict__.update(torch=torch, triton=triton, tl=tl, device=device)
+    exec_cells(notebook, [gid for gid, _ in kernel_sources(notebook)], module.__dict__)
     for name in ("naive_matmul", "tiled_matmul", "matmul", "matmul_kernel", "matmul_tma", "matmul_tma_kernel"):
         if not hasattr(module, name):
             raise AttributeError(f"the notebook's kernel cells should define {name!r}; they do not")
@@ -180,14 +180,13 @@ def benchmark(kernels: dict[str, Any], mod: Any, sizes: dict[str, list[int]], de
 
 def run(ctx: Any) -> dict[str, Any]:
     small = ctx.device != "cuda"
-    with tempfile.TemporaryDirectory() as tmp:
-        mod = load_kernels(ctx.device, Path(tmp))
-        kernels = kernels_of(mod)
-        checks = correctness(kernels, ctx.device, TINY_CHECK_SHAPES if small else CHECK_SHAPES)
-        sizes = TINY_SIZES if small else GPU_SIZES
-        if ctx.quick and not small:
-            sizes = {k: v[:2] for k, v in sizes.items()}
-        result = benchmark(kernels, mod, sizes, ctx.device, repeats=3 if small else 20, warmup=1 if small else 3)
+    mod = load_kernels(ctx.device)
+    kernels = kernels_of(mod)
+    checks = correctness(kernels, ctx.device, TINY_CHECK_SHAPES if small else CHECK_SHAPES)
+    sizes = TINY_SIZES if small else GPU_SIZES
+    if ctx.quick and not small:
+        sizes = {k: v[:2] for k, v in sizes.items()}
+    result = benchmark(kernels, mod, sizes, ctx.device, repeats=3 if small else 20, warmup=1 if small else 3)
     head_size = max(int(s) for s in result["throughput"]["grouped+autotuned"])
     measured = [k for k in REFERENCES if str(head_size) in result["throughput"].get(k, {})]
     best = max(measured, key=lambda k: result["throughput"][k][str(head_size)]["value"])
