@@ -64,9 +64,10 @@ def test_fused_bytes_with_query_blocks():
 
 
 def test_max_seq_len_on_h100_by_hand():
-    # 80e9 B / (8 * 16 * 2 B) = 312,500,000 = N**2 -> 17677.67; 17677**2 = 312,476,329 <= 312.5e6 < 17678**2
-    assert attention.max_seq_len_for_scores(8, 16, "fp16", "H100") == 17677
-    assert attention.max_seq_len_for_scores(8, 16, "fp16", hardware.get("H100")) == 17677
+    # the H100's 80 GiB (the datasheet's "80 GB" is binary on the device: 85,899,345,920 B)
+    # / (8 * 16 * 2 B) = 335,544,320 = N**2 -> 18317.8; 18317**2 = 335,512,489 <= 335,544,320 < 18318**2
+    assert attention.max_seq_len_for_scores(8, 16, "fp16", "H100") == 18317
+    assert attention.max_seq_len_for_scores(8, 16, "fp16", hardware.get("H100")) == 18317
     # a perfect square: 1 GiB of fp16 at B = H = 1 -> N**2 = 2**29 ... not a square; 2 GiB -> 2**30 = (2**15)**2
     assert attention.max_seq_len_for_scores(1, 1, "fp16", Q_(2, "GiB")) == 2**15
     assert attention.max_seq_len_for_scores(1, 1, "fp16", Q_(2**31 - 1, "byte")) == 2**15 - 1
