@@ -190,14 +190,10 @@ def test_roofs_live_at_slug_slash_roofs_json(tmp_path, monkeypatch):
 
 ROOT = ms.data_dir()
 ALL_FILES = sorted(p.relative_to(ROOT).as_posix() for p in ROOT.rglob("*.json"))
-# the labs read these two until they switch to load_experiment("lab2_matmul") / ("lab3_fusion")
-LEGACY = {"lab2_h100.json", "lab3_h100.json"}
 
 
 @pytest.mark.parametrize("rel", ALL_FILES)
 def test_every_recorded_file_validates_and_names_its_experiment(rel):
-    if rel in LEGACY:
-        pytest.skip("a lab's flat file, read by the lab until it loads its experiment record")
     path = ROOT / rel
     assert path.parent.parent == ROOT, f"{rel}: records live at data/measurements/<device-slug>/<name>.json"
     data = json.loads(path.read_text(encoding="utf-8"))
