@@ -14,8 +14,8 @@ rate sets the pace: the program is *launch-bound*. Two remedies:
 * **CUDA graphs** record the sequence once and replay it with a single host launch; the GPU
   still pays a small per-kernel cost for each node:
   ``graph time = graph_launch + n * (per_node + kernel)``.
-* **Fusion** turns the ``n`` kernels into one, paying one launch (see ``mlsys.fusion``,
-  which also removes the intermediate memory traffic).
+* **Fusion** turns the ``n`` kernels into one, paying one launch and one GPU start-up cost
+  (:func:`launch_comparison`; ``mlsys.fusion`` also removes the intermediate memory traffic).
 
 Per-launch costs depend on the host, driver and framework; measure them with ``mlsys.bench``
 rather than assuming a figure.
@@ -79,18 +79,26 @@ class LaunchComparison(NamedTuple):
 
 
 def launch_comparison(
-    n_kernels: int, launch: object, kernel: object, graph_launch: object, per_node: object = Q_(0, "s")
+    n_kernels: int, launch: object, work: object, graph_launch: object, fixed: object = Q_(0, "s")
 ) -> LaunchComparison:
-    """Eager (:func:`launch_time`), graph (:func:`graph_time`) and fused times of ``n`` kernels.
+    """Eager, graph and fused times of ``n`` kernels, each ``fixed + work`` seconds on the GPU.
 
-    The fused time is ``launch_time(1, launch, n * kernel)`` = ``launch + n * kernel``: the
-    same GPU work in one kernel with one launch. (Fusing element-wise kernels also removes the
-    intermediate traffic, which shortens the work itself; ``mlsys.fusion`` models that.)
+    ``work`` is one kernel's useful GPU time; ``fixed`` its start-up cost on the GPU, paid once
+    per kernel whatever the kernel does (measure it as the per-node time of a CUDA graph of empty
+    kernels); ``launch`` the host's cost of one eager launch; ``graph_launch`` one graph replay.
+
+    * eager: ``launch_time(n, launch, fixed + work)``;
+    * graph: ``graph_time(n, work, graph_launch, per_node=fixed)`` = ``graph_launch + n (fixed + work)``;
+    * fused: ``launch_time(1, launch, fixed + n * work)`` = ``launch + fixed + n work``: the same
+      work in one kernel, which pays one launch and one start-up cost, not ``n`` of each.
+
+    (Fusing element-wise kernels also removes the intermediate traffic, which shortens the work
+    itself; :mod:`mlsys.fusion` models that.)
     """
     n = require_count(n_kernels, "n_kernels")
-    kt = _time(kernel, "kernel")
+    wt, ft = _time(work, "work"), _time(fixed, "fixed")
     return LaunchComparison(
-        eager=launch_time(n, launch, kt),
-        graph=graph_time(n, kt, graph_launch, per_node),
-        fused=launch_time(1, launch, n * kt),
+        eager=launch_time(n, launch, ft + wt),
+        graph=graph_time(n, wt, graph_launch, per_node=ft),
+        fused=launch_time(1, launch, ft + n * wt),
     )

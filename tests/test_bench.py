@@ -110,6 +110,23 @@ def test_kernel_counts_by_hand():
     assert (k.flops, k.nbytes) == (2 * 2 * 3 * 4, (2 * 4 + 4 * 3 + 2 * 3) * 4)
 
 
+def test_recorded_layer_counts_are_the_layer_models():
+    """The recorded roofline checks counted LayerNorm and softmax as mlsys.layers does (one formula)."""
+    from mlsys import layers
+    from mlsys.bench import records
+
+    seen = 0
+    for slug in records.available():
+        for k in records.load(slug).data.get("roofline_check", {}).get("kernels", []):
+            model = {"layernorm": layers.layer_norm, "softmax": layers.softmax}.get(k["kernel"].split()[0])
+            if model is None:
+                continue
+            cost = model(*k["shape"], k["dtype"])
+            assert k["flops"]["value"] == cost.flops.to("FLOP").m and k["bytes"]["value"] == cost.bytes.to("byte").m
+            seen += 1
+    assert seen >= 2
+
+
 def test_check_kernels_span_the_ridge():
     for device in ("cpu", "cuda"):
         _, ks = roofcheck.kernels_for(device)

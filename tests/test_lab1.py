@@ -87,6 +87,20 @@ def test_calling_the_library_instead_of_deriving_is_caught():
         run("test_matmul_counts", {"counts": counts_with(matmul_counts=body)})
 
 
+def test_calling_the_layer_models_instead_of_deriving_is_caught():
+    # mlsys.layers holds the answer key for LayerNorm and softmax (and linear for the matmul)
+    body = ("    from mlsys import layers\n"
+            "    cost = layers.layer_norm(rows, hidden, dtype)\n"
+            "    return cost.flops, cost.bytes\n")
+    with pytest.raises(GradingError, match="mlsys.layers"):
+        run("test_norm_softmax_counts", {"counts": counts_with(layernorm_counts=body)})
+    body = ("    from mlsys import layers\n"
+            "    cost = layers.linear(m, k, n, dtype)\n"
+            "    return cost.flops, cost.bytes\n")
+    with pytest.raises(GradingError, match="mlsys.layers"):
+        run("test_matmul_counts", {"counts": counts_with(matmul_counts=body)})
+
+
 def test_hidden_tests_catch_a_wrong_layernorm_traffic():
     # forgetting weight and bias: only 2 * numel elements, visible checks still pass
     body = "    return Q_(8 * rows * hidden, 'FLOP'), (2 * rows * hidden * itemsize(dtype)).to('byte')\n"

@@ -346,15 +346,21 @@ def _run_reference_cell() -> str:
 
 
 def test_figures_cell_quotes_the_recorded_run(tmp_path, monkeypatch):
-    record = json.loads((REPO / "data" / "measurements" / "lab2_h100.json").read_text())
+    slug = "nvidia-h100-80gb-hbm3"
+    source = REPO / "data" / "measurements" / slug / "lab2_matmul.json"
+    record = json.loads(source.read_text())
     # a recording elsewhere (as in an installed package): the one loader finds it through the data path
-    (tmp_path / "lab2_h100.json").write_text(json.dumps(record))
+    (tmp_path / slug).mkdir()
+    (tmp_path / slug / "lab2_matmul.json").write_text(json.dumps(record))
     monkeypatch.setenv("MLSYS_MEASUREMENTS_DIR", str(tmp_path))
     printed = _run_reference_cell()
-    head = record["headline"]
+    head = record["results"]["headline"]
     assert record["device"]["name"] in printed and record["date"][:10] in printed
     assert f"{100 * head['ratio']:.0f}% of torch.matmul" in printed and "tiled 64x64" in printed
-    assert "re-measure:" in printed
+    # the record stores {value, unit}; the cell prints TFLOP/s (1 TFLOP/s = 1e12 FLOP/s)
+    tflops = head["throughput"]["value"] * {"TFLOP/s": 1.0, "FLOP/s": 1e-12}[head["throughput"]["unit"]]
+    assert f"reached {tflops:.0f} TFLOP/s at {head['size']}^3" in printed
+    assert 'mlsys.bench.run("lab2_matmul")' in printed
 
 
 def test_figures_cell_copes_without_the_file(tmp_path, monkeypatch):

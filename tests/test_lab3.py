@@ -246,8 +246,12 @@ def _cell_src(gid: str) -> str:
 
 
 def test_figures_cell_quotes_the_recorded_run_or_copes_without_it(tmp_path, monkeypatch):
-    record = json.loads((REPO / "data" / "measurements" / "lab3_h100.json").read_text())
-    (tmp_path / "lab3_h100.json").write_text(json.dumps(record))
+    slug = "nvidia-h100-80gb-hbm3"
+    (tmp_path / slug).mkdir()
+    for name in ("lab3_fusion.json", "roofs.json"):
+        (tmp_path / slug / name).write_text((REPO / "data" / "measurements" / slug / name).read_text())
+    record = json.loads((tmp_path / slug / "lab3_fusion.json").read_text())
+    roofs = json.loads((tmp_path / slug / "roofs.json").read_text())
     monkeypatch.setenv("MLSYS_MEASUREMENTS_DIR", str(tmp_path))
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
@@ -255,9 +259,19 @@ def test_figures_cell_quotes_the_recorded_run_or_copes_without_it(tmp_path, monk
     printed = buf.getvalue()
     assert record["device"]["name"] in printed and "softmax" in printed and "relu(x)*0.5+1.0" in printed
     # the eager/Triton speedup it prints is time(eager) / time(Triton) of the recorded 4096 x 4096 fp32 row
-    row = next(r for r in record["elementwise"] if r["dtype"] == "fp32" and r["shape"] == [4096, 4096])
+    row = next(r for r in record["results"]["elementwise"] if r["dtype"] == "fp32" and r["shape"] == [4096, 4096])
     assert f"{row['eager']['time']['value'] / row['triton']['time']['value']:.2f}x" in printed
-    (tmp_path / "lab3_h100.json").unlink()
+    # one launch cost across the book: the roofs' launch_eager, not the lab's own launch_overhead
+    launch = roofs["figures"]["launch_eager"]
+    assert launch["unit"] == "s"
+    assert f"one eager launch: {launch['value'] * 1e6:.1f} us" in printed
+    # the model by hand: 3 eager kernels moving 8 byte/element each (read fp32 x, write fp32 result),
+    # pipelined as L + k + 2 max(L, k), against one fused kernel L + 8 n / B
+    n, bw, L = row["numel"], row["copy_bandwidth"]["value"], launch["value"]
+    k = 8 * n / bw
+    by_hand = (L + k + 2 * max(L, k)) / (L + 8 * n / bw)
+    assert f"(model: {by_hand:.2f}x)" in printed
+    (tmp_path / slug / "lab3_fusion.json").unlink()
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
         exec(_cell_src("reference_figures"), {"labdata": mlsys.course.labdata})

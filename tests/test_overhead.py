@@ -37,11 +37,23 @@ def test_launch_time_by_hand():
 
 
 def test_graph_and_fusion_comparison_by_hand():
-    c = overhead.launch_comparison(100, Q_(5, "us"), Q_(2, "us"), graph_launch=Q_(10, "us"), per_node=Q_(1, "us"))
-    assert c.eager.to("us").m == pytest.approx(502)  # as above
+    # 100 kernels of 2 us of work; 5 us per eager launch, 10 us per graph replay, 1 us start-up per kernel
+    c = overhead.launch_comparison(100, Q_(5, "us"), Q_(2, "us"), graph_launch=Q_(10, "us"), fixed=Q_(1, "us"))
+    assert c.eager.to("us").m == pytest.approx(5 + 3 + 99 * 5)  # launch-bound: 503 us
     assert c.graph.to("us").m == pytest.approx(10 + 100 * (1 + 2))  # 310 us
-    assert c.fused.to("us").m == pytest.approx(5 + 100 * 2)  # 205 us
+    # one fused kernel: one launch, ONE start-up cost, all the work: 5 + 1 + 200 = 206 us (not 5 + 100 * 3)
+    assert c.fused.to("us").m == pytest.approx(5 + 1 + 100 * 2)
+    # with no start-up cost the fused kernel is one launch plus the work
+    c0 = overhead.launch_comparison(100, Q_(5, "us"), Q_(2, "us"), graph_launch=Q_(10, "us"))
+    assert (c0.eager.to("us").m, c0.graph.to("us").m, c0.fused.to("us").m) == pytest.approx((502, 210, 205))
     assert overhead.graph_time(10, Q_(1, "ms"), Q_(10, "us")).to("us").m == pytest.approx(10 + 10 * 1000)
+
+
+def test_fused_pays_one_start_up_cost_whatever_n():
+    one = overhead.launch_comparison(1, Q_(5, "us"), Q_(0, "us"), Q_(10, "us"), fixed=Q_(3, "us"))
+    many = overhead.launch_comparison(1000, Q_(5, "us"), Q_(0, "us"), Q_(10, "us"), fixed=Q_(3, "us"))
+    assert one.fused.to("us").m == pytest.approx(8) and many.fused.to("us").m == pytest.approx(8)
+    assert many.graph.to("us").m == pytest.approx(10 + 1000 * 3)
 
 
 def test_errors():

@@ -128,6 +128,11 @@ _TOL = {"fp32": 1e-4, "tf32": 5e-3, "fp16": 1e-2, "bf16": 2e-2, "fp8": 2e-2}
 def matmul_throughput(device: str, sizes: Sizes, dtype: str) -> dict[str, Any]:
     """Square matmul ``C = A @ B`` of size ``n``: throughput = ``2 n^3`` FLOP / median time.
 
+    The figure also records ``fastest`` = ``2 n^3`` / the fastest timed call (``timing.min``): the
+    most the product ever reached in this run, a bound for "no kernel beats the roof". It is not the
+    *burst* rate, which has one definition, in :mod:`mlsys.bench.sustained` (the median of the first
+    repeats after an idle pause, timed back to back); the ``value`` is the median over the run.
+
     fp32 runs with ``torch.set_float32_matmul_precision("highest")`` (true fp32), tf32 with
     ``"high"`` (TF32 tensor cores, as ``torch.backends.cuda.matmul.allow_tf32 = True``), fp16 and
     bf16 with ``torch.matmul``, fp8 (e4m3 operands, bf16 output, unit scales) with
@@ -177,10 +182,10 @@ def matmul_throughput(device: str, sizes: Sizes, dtype: str) -> dict[str, Any]:
     finally:
         torch.set_float32_matmul_precision(prev_precision)
     flops = matmul_flops(n, n, n).m
-    burst = {"value": flops / t.min, "unit": "FLOP/s",
-             "method": "2 n^3 / the fastest timed call (the rate before clocks settle under sustained load)"}
+    fastest = {"value": flops / t.min, "unit": "FLOP/s",
+               "method": "2 n^3 / the fastest timed call (not a burst figure: burst and sustained are defined in mlsys.bench.sustained)"}
     return _figure(flops / t.median, "FLOP/s", method + f" (sustained: median of {t.repeats} calls)",
-                   f"m = n = k = {n}", t, burst=burst)
+                   f"m = n = k = {n}", t, fastest=fastest)
 
 
 def launch_eager(device: str, sizes: Sizes) -> dict[str, Any]:

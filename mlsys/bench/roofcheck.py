@@ -1,7 +1,8 @@
 """The roofline check: kernels of many intensities, each predicted from measured roofs and timed.
 
-For every kernel the FLOPs ``F`` and compulsory bytes ``D`` are counted by hand (or by
-``mlsys.roofline`` / ``mlsys.fusion`` where they have the formula), the roofline lower bound
+For every kernel the FLOPs ``F`` and compulsory bytes ``D`` come from the models
+(:mod:`mlsys.roofline` for the matmul, :mod:`mlsys.fusion` for the add, :mod:`mlsys.layers` for
+LayerNorm and softmax; the sum's ``numel - 1`` adds are counted here), the roofline lower bound
 ``max(F / P, D / B)`` is computed with :func:`mlsys.roofline.time_lower_bound` from the
 *measured* roof (``P`` = measured matmul throughput of the dtype, ``B`` = measured copy
 bandwidth), and the ratio ``predicted / measured`` (at most about 1) says how close the
@@ -26,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .. import layers
 from ..fusion import chain_traffic
 from ..numerics import itemsize
 from ..overhead import launch_time
@@ -33,14 +35,7 @@ from ..roofline import Roof, arithmetic_intensity, bound, matmul_bytes, matmul_f
 from ..units import Q_
 from .timing import time_fn
 
-__all__ = ["Kernel", "kernels_for", "run_check", "predict", "fixed_cost", "LAYERNORM_FLOP_PER_ELEMENT", "SOFTMAX_FLOP_PER_ELEMENT"]
-
-#: LayerNorm FLOPs per element: mean (1 add), variance (subtract, square, add: 3),
-#: normalise (subtract, multiply by 1/std: 2), affine (multiply, add: 2) = 8
-LAYERNORM_FLOP_PER_ELEMENT = 8
-#: softmax FLOPs per element: max (1 compare), subtract (1), exp (1), sum (1), divide (1) = 5
-SOFTMAX_FLOP_PER_ELEMENT = 5
-
+__all__ = ["Kernel", "kernels_for", "run_check", "predict", "fixed_cost"]
 
 @dataclass(frozen=True)
 class Kernel:
@@ -70,19 +65,21 @@ def reduction_sum(numel: int, dtype: str) -> Kernel:
                   int((numel + 1) * itemsize(dtype).m))
 
 
+def _of(cost: layers.LayerCost) -> tuple[int, int]:
+    """A model's cost as the check's integers: (FLOP, byte)."""
+    return int(cost.flops.to("FLOP").m), int(cost.bytes.to("byte").m)
+
+
 def layernorm(rows: int, hidden: int, dtype: str) -> Kernel:
-    """LayerNorm over the last dimension: 8 FLOP per element; reads x, weight, bias; writes y."""
-    numel = rows * hidden
-    nbytes = (2 * numel + 2 * hidden) * itemsize(dtype).m
-    return Kernel(f"layernorm {rows}x{hidden}", "layernorm", dtype, (rows, hidden),
-                  LAYERNORM_FLOP_PER_ELEMENT * numel, int(nbytes))
+    """LayerNorm over the last dimension, counted by :func:`mlsys.layers.layer_norm`."""
+    flops, nbytes = _of(layers.layer_norm(rows, hidden, dtype))
+    return Kernel(f"layernorm {rows}x{hidden}", "layernorm", dtype, (rows, hidden), flops, nbytes)
 
 
 def softmax(rows: int, cols: int, dtype: str) -> Kernel:
-    """Row softmax: 5 FLOP per element; reads x once and writes y once."""
-    numel = rows * cols
-    return Kernel(f"softmax {rows}x{cols}", "softmax", dtype, (rows, cols),
-                  SOFTMAX_FLOP_PER_ELEMENT * numel, int(2 * numel * itemsize(dtype).m))
+    """Row softmax, counted by :func:`mlsys.layers.softmax`."""
+    flops, nbytes = _of(layers.softmax(rows, cols, dtype))
+    return Kernel(f"softmax {rows}x{cols}", "softmax", dtype, (rows, cols), flops, nbytes)
 
 
 def matmul(m: int, n: int, k: int, dtype: str) -> Kernel:

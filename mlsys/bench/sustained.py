@@ -11,6 +11,10 @@ returns both figures and the clocks seen::
     sustained = median of the second half of the repeats
     slowdown  = sustained / burst (times; above 1 when the card slowed down)
 
+This is the course's one definition of *burst* and *sustained*. The roofs' matmul figures
+(:func:`mlsys.bench.micro.matmul_throughput`) record a median over their run and ``fastest``, the
+rate of the fastest single call: neither is a burst figure in this sense.
+
 :func:`analyse` does the arithmetic on recorded repeat times and samples (tested without a GPU).
 """
 

@@ -24,9 +24,11 @@ from __future__ import annotations
 
 import ast
 import fnmatch
+import importlib
 import inspect
 import math
 import multiprocessing as mp
+import sys
 import textwrap
 import types
 from collections.abc import Callable, Iterable
@@ -316,7 +318,45 @@ def _source_of(fn: Any) -> tuple[ast.AST, dict[str, Any], str]:
                 scope[var] = cell.cell_contents
             except ValueError:
                 pass
-    return ast.parse(src), scope, getattr(target, "__name__", "function")
+    tree = ast.parse(src)
+    scope.update(_local_imports(tree))
+    return tree, scope, getattr(target, "__name__", "function")
+
+
+def _loaded_module(name: str) -> Any:
+    """The module ``name`` if its top-level package is already imported (importing a submodule of
+    it if need be), else None: nothing new from outside the loaded packages is imported."""
+    if name in sys.modules:
+        return sys.modules[name]
+    if name.split(".")[0] not in sys.modules:
+        return None
+    try:
+        return importlib.import_module(name)
+    except Exception:  # noqa: BLE001 - a name the learner's code could not import either
+        return None
+
+
+def _local_imports(tree: ast.AST) -> dict[str, Any]:
+    """Names bound by ``import`` statements inside the function (``from mlsys import layers`` in its
+    body), resolved with :func:`_loaded_module`: a call through such a name is checked like one
+    through a global import."""
+    found: dict[str, Any] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                mod = _loaded_module(alias.name)
+                if mod is not None:
+                    found[alias.asname or alias.name.split(".")[0]] = (
+                        mod if alias.asname else sys.modules.get(alias.name.split(".")[0], mod))
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            mod = _loaded_module(node.module)
+            for alias in node.names:
+                obj = getattr(mod, alias.name, None) if mod is not None else None
+                if obj is None:
+                    obj = _loaded_module(f"{node.module}.{alias.name}")
+                if obj is not None:
+                    found[alias.asname or alias.name] = obj
+    return found
 
 
 def assert_no_library_calls(fn: Callable[..., Any], forbidden: Iterable[str] = FORBIDDEN_MATMUL,

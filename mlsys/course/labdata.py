@@ -1,13 +1,13 @@
 """The recorded GPU figures a lab shows beside what the learner's machine measures.
 
-One call per lab, :func:`reference`, so the labs never walk directories for a file and the data
-source can be switched in one place: today it reads the labs' recorded runs from
-:func:`mlsys.datapaths.measurements_dir` (a checkout's ``data/measurements`` or the copy shipped in
-the installed package); when the named experiments ``lab2_matmul`` / ``lab3_fusion`` are recorded,
-:data:`_LOAD` switches to :func:`mlsys.bench.records.load_experiment` (one line).
+One call per lab, :func:`reference`, so the labs never walk directories for a file: it loads the
+named experiment's record (``lab2_matmul``, ``lab3_fusion``) with
+:func:`mlsys.bench.records.load_experiment`, the one loader every page uses, and normalises it.
 
-The returned dict is the same for both sources: ``device``, ``day``, ``reproduce`` (how to
-re-measure) and the lab's figures with their units in the key names (``tflops``, ``seconds``).
+The returned dict keeps the labs' plain numbers with their units in the key names (``tflops``,
+``seconds``). Lab 3's cost of one eager launch is not the lab's own measurement but the device's
+roofs (``records.load(DEVICE).figure("launch_eager")``), the value chapters 3 and 20 quote, and the
+fusion model's predicted speedup is worked out from it here, so one launch cost is used across the book.
 """
 
 from __future__ import annotations
@@ -15,27 +15,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..datapaths import measurements_dir
+__all__ = ["reference", "EXPERIMENTS", "DEVICE"]
 
-__all__ = ["reference", "LEGACY_FILES", "EXPERIMENTS"]
-
-#: the recorded run each lab shows (file name under the measurements directory), until the experiments land
-LEGACY_FILES = {"lab2": "lab2_h100.json", "lab3": "lab3_h100.json"}
-#: the named experiment (``mlsys.bench.experiments``) that will record the same figures
+#: the named experiment (``mlsys.bench.experiments``) that records each lab's reference run
 EXPERIMENTS = {"lab2": "lab2_matmul", "lab3": "lab3_fusion"}
+#: the device whose records the labs show
 DEVICE = "nvidia-h100-80gb-hbm3"
-
-
-def _legacy(lab: str) -> dict[str, Any] | None:
-    root = measurements_dir()
-    for path in (root / LEGACY_FILES[lab], root / "labs" / LEGACY_FILES[lab]):
-        if path.is_file():
-            data = json.loads(path.read_text(encoding="utf-8"))
-            if data.get("tiny") or data.get("tiny_cpu_test"):
-                return None  # a CPU smoke test never stands in for a GPU run
-            data["_reproduce"] = f"python {data.get('script', 'scripts/gpu/' + lab + '_bench.py')} on a CUDA GPU"
-            return data
-    return None
+#: relu(x) * 0.5 + 1.0: each op reads one tensor (the chain Lab 3 fuses)
+_RELU_CHAIN_ARITIES = (1, 1, 1)
 
 
 def _experiment(lab: str) -> dict[str, Any] | None:
@@ -46,56 +33,95 @@ def _experiment(lab: str) -> dict[str, Any] | None:
     except FileNotFoundError:
         return None
     data = dict(rec.results)
-    data.setdefault("device", {"name": rec.device})
-    data.setdefault("date", rec.data["date"])
+    data["_device"] = rec.device
+    data["_day"] = rec.day
     data["_reproduce"] = rec.reproduce
     return data
 
 
-_LOAD = _legacy  # switch to _experiment once data/measurements/<device>/lab*_*.json are recorded
+def _launch_eager() -> tuple[float, str] | None:
+    """The device's eager launch cost from its roofs (seconds) and where it comes from, or None."""
+    from ..bench import records
+
+    try:
+        roofs = records.load(DEVICE)
+        launch = roofs.figure("launch_eager").to("s").magnitude
+    except (FileNotFoundError, KeyError):
+        return None
+    return float(launch), f"launch_eager of {DEVICE}'s roofs ({str(roofs.data['date'])[:10]})"
 
 
-def _q(node: Any) -> float:
-    return float(node["value"]) if isinstance(node, dict) else float(node)
+_LOAD = _experiment  # the one data source; tests point it elsewhere
+
+
+def _q(node: Any, unit: str | None = None) -> float:
+    """A recorded ``{value, unit}`` (converted to ``unit`` if given) or a plain number, as a float."""
+    if not isinstance(node, dict):
+        return float(node)
+    if unit is None:
+        return float(node["value"])
+    from .. import Q_
+
+    return float(Q_(node["value"], node["unit"]).to(unit).magnitude)
 
 
 def reference(lab: str) -> dict[str, Any] | None:
     """The recorded reference run of ``"lab2"`` or ``"lab3"``, normalised, or None if this copy has none.
 
-    lab2: ``{"device", "day", "reproduce", "tflops": {kernel: {size: TFLOP/s}}, "headline": {...}}``;
-    lab3: ``{"device", "day", "reproduce", "copy_bandwidth" (byte/s), "elementwise": [{"label",
-    "seconds": {version: s}, "share_of_copy": {version: fraction}, "predicted_speedup"}], "softmax":
-    [{"label", "seconds": {"torch": s, "triton": s}, "share_of_copy"}]}``.
+    lab2: ``{"device", "day", "reproduce", "tflops": {kernel: {size: TFLOP/s}}, "headline": {"kernel",
+    "size", "tflops", "cublas_tflops", "ratio"}}``;
+    lab3: ``{"device", "day", "reproduce", "copy_bandwidth" (byte/s), "launch" (s, the roofs'
+    ``launch_eager``), "launch_source", "elementwise": [{"label", "seconds": {version: s},
+    "share_of_copy": {version: fraction}, "predicted_speedup"}], "softmax": [{"label", "seconds":
+    {"torch": s, "triton": s}, "share_of_copy"}]}``. ``predicted_speedup`` is
+    :func:`mlsys.fusion.fusion_time` at the row's copy bandwidth and the roofs' launch cost.
     """
-    if lab not in LEGACY_FILES:
-        raise ValueError(f"reference: expected one of {sorted(LEGACY_FILES)}, got {lab!r}")
+    if lab not in EXPERIMENTS:
+        raise ValueError(f"reference: expected one of {sorted(EXPERIMENTS)}, got {lab!r}")
     data = _LOAD(lab)
     if data is None:
         return None
-    out: dict[str, Any] = {"device": data["device"]["name"], "day": str(data["date"])[:10],
+    out: dict[str, Any] = {"device": data["_device"], "day": str(data["_day"])[:10],
                            "reproduce": data["_reproduce"]}
     if lab == "lab2":
-        out["tflops"] = {k: {int(s): float(v) for s, v in by.items()} for k, by in data["tflops"].items()}
-        out["headline"] = dict(data["headline"])
+        out["tflops"] = {k: {int(s): _q(v, "TFLOP/s") for s, v in by.items()}
+                         for k, by in data["throughput"].items()}
+        head = data["headline"]
+        out["headline"] = {"kernel": head["kernel"], "size": int(head["size"]),
+                           "tflops": _q(head["throughput"], "TFLOP/s"),
+                           "cublas_tflops": _q(head["cublas_throughput"], "TFLOP/s"),
+                           "ratio": float(head["ratio"])}
         return out
-    out["copy_bandwidth"] = _q(data["copy_bandwidth"])
+    from .. import Q_, fusion
+
+    launch = _launch_eager()
+    if launch is None:  # no roofs for the device: the lab's own launch measurement stands in
+        launch = (_q(data["launch_overhead"], "s"), "launch_overhead of the lab3_fusion record")
+    out["launch"], out["launch_source"] = launch
+    out["copy_bandwidth"] = _q(data["copy_bandwidth"], "byte/s")
     names = {"eager": "eager", "compile": "torch.compile", "triton": "Triton"}
+
+    def predicted(row: dict[str, Any]) -> float:
+        t = fusion.fusion_time(int(row["numel"]), row["dtype"], _RELU_CHAIN_ARITIES,
+                               Q_(_q(row["copy_bandwidth"], "byte/s"), "byte/s"), Q_(out["launch"], "s"))
+        return t.speedup
+
     out["elementwise"] = [{
         "label": f"{row['dtype']} {'x'.join(str(s) for s in row['shape'])}",
-        "seconds": {names[k]: _q(row[k]["time"]) for k in names if row.get(k)},
+        "seconds": {names[k]: _q(row[k]["time"], "s") for k in names if row.get(k)},
         "share_of_copy": {names[k]: float(row[k]["share_of_copy"]) for k in names if row.get(k)},
-        "predicted_speedup": float(row["predicted_speedup"]),
+        "predicted_speedup": predicted(row),
     } for row in data["elementwise"]]
     out["softmax"] = [{
         "label": f"{row['dtype']} {'x'.join(str(s) for s in row['shape'])}",
-        "seconds": {k: _q(row[k]["time"]) for k in ("torch", "triton")},
+        "seconds": {k: _q(row[k]["time"], "s") for k in ("torch", "triton")},
         "share_of_copy": float(row["triton"]["share_of_copy"]),
     } for row in data["softmax"]]
     return out
 
 
 def _main() -> None:  # pragma: no cover - a quick look from the command line
-    for lab in LEGACY_FILES:
+    for lab in EXPERIMENTS:
         print(lab, json.dumps(reference(lab), indent=1)[:400])
 
 
