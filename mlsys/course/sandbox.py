@@ -121,12 +121,19 @@ def build_site(dest: Path) -> Path:
     Built once per grading run and bound read-only into every sandbox. From a source checkout it is
     ``pip install --no-deps --target`` of the package (a real install, with its metadata); where
     that is not possible (an installed course, no build backend) the installed package is copied.
-    Only the ``mlsys`` package goes in: nothing of ``labs/`` (solutions, hidden tests) ever does.
+    Only the ``mlsys`` package and the recorded measurements (``data/measurements``, public) go in:
+    nothing of ``labs/`` (solutions, hidden tests) ever does.
     """
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
     pkg = _package_dir()
     repo = pkg.parent
+    # the recorded GPU measurements (public data the labs plot) sit where mlsys.bench.records looks for them
+    from mlsys.bench.records import data_dir
+
+    measured = data_dir()
+    if measured.is_dir():
+        shutil.copytree(measured, dest / "data" / "measurements", dirs_exist_ok=True)
     if (repo / "pyproject.toml").is_file():
         with tempfile.TemporaryDirectory(prefix="mlsys-src-") as tmp:
             # copy the sources first so that a build writes nothing into the repository
