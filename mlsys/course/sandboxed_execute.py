@@ -236,7 +236,7 @@ class SandboxedExecute(Execute):
         if mode != "off" and cases:
             work = root / "perf"  # an untouched copy: nothing the first run wrote can shadow an import
             _copy_submission(src_dir, work)
-            job = {"cases": cases, "cells": answer_cells(nb), "fake": mode == "fake"}
+            job = {"cases": cases, "cells": answer_cells(nb), "fake": mode == "fake", "cell_timeout": self.timeout}
             results, ended = run_in_sandbox("mlsys.course.trusted", job, work, settings, deadline=deadline,
                                             log=root / "trusted.log")
             result = results[0] if results else {"fatal": "time limit reached" if ended == "timeout" else

@@ -409,9 +409,21 @@ def grade_case(cap: _Captured, prep: _Prepared, namespace: dict[str, Any]) -> di
 # the fresh process
 
 
-def _exec_cells(cells: list[str], namespace: dict[str, Any]) -> list[str]:
-    """Run answer-cell sources in ``namespace`` (IPython syntax translated); errors are noted, not fatal."""
+class _CellTimeout(BaseException):
+    """An answer cell ran past its time limit in the trusted process."""
+
+
+def _exec_cells(cells: list[str], namespace: dict[str, Any], cell_timeout: float = 600.0) -> list[str]:
+    """Run answer-cell sources in ``namespace`` (IPython syntax translated); errors are noted, not fatal.
+
+    Each cell gets ``cell_timeout`` seconds (SIGALRM; a cell that blocks the signal is stopped by the
+    caller's wall-clock limit, which costs the performance points only).
+    """
     import linecache
+    import signal
+
+    def alarm(signum: int, frame: Any) -> None:
+        raise _CellTimeout()
 
     try:
         from IPython.core.inputtransformer2 import TransformerManager
@@ -423,12 +435,21 @@ def _exec_cells(cells: list[str], namespace: dict[str, Any]) -> list[str]:
     notes = []
     for i, src in enumerate(cells):
         name = f"<answer-cell-{i}>"
+        use_alarm = hasattr(signal, "setitimer")
         try:
             code = transform(src)
             linecache.cache[name] = (len(code), None, code.splitlines(True), name)
+            if use_alarm:
+                signal.signal(signal.SIGALRM, alarm)
+                signal.setitimer(signal.ITIMER_REAL, cell_timeout)
             exec(compile(code, name, "exec"), namespace)
+        except _CellTimeout:
+            notes.append(f"answer cell {i} ran past {cell_timeout:g} s and was stopped")
         except BaseException as exc:  # a failing cell costs what depends on it, like in the notebook
             notes.append(f"answer cell {i} raised {type(exc).__name__}: {str(exc)[:200]}")
+        finally:
+            if use_alarm:
+                signal.setitimer(signal.ITIMER_REAL, 0)
     return notes
 
 
@@ -442,7 +463,7 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
     seed = int(job.get("seed", random.SystemRandom().randrange(2**31)))
     prepared = {c.grade_id: _prepare(cap, c, seed + i) for i, c in enumerate(cases)}
     namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": __builtins__}
-    notes = _exec_cells(list(job.get("cells", [])), namespace)
+    notes = _exec_cells(list(job.get("cells", [])), namespace, float(job.get("cell_timeout") or 600))
     verdicts = {}
     for gid, prep in prepared.items():
         try:
