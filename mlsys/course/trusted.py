@@ -59,7 +59,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PerfCase", "load_spec", "find_spec", "grade_case", "grade_performance", "run_job", "main",
+__all__ = ["PerfCase", "answer_cells", "load_spec", "find_spec", "grade_case", "grade_performance", "run_job", "main",
            "FORBID_MATMUL", "ALLOWED_FOR_COMPUTE", "FAKE_SECONDS"]
 
 FAKE_SECONDS = 1e-3
@@ -407,6 +407,17 @@ def grade_case(cap: _Captured, prep: _Prepared, namespace: dict[str, Any]) -> di
 
 # ----------------------------------------------------------------------------------------------
 # the fresh process
+
+
+def answer_cells(nb: dict[str, Any]) -> list[str]:
+    """Sources of every code cell of ``nb`` that is not an autograded test cell (what the learner controls)."""
+    out = []
+    for cell in nb.get("cells", []):
+        meta = cell.get("metadata", {}).get("nbgrader", {}) or {}
+        if cell.get("cell_type") == "code" and not (meta.get("grade") and not meta.get("solution")):
+            src = cell.get("source", "")
+            out.append("".join(src) if isinstance(src, list) else src)
+    return out
 
 
 class _CellTimeout(BaseException):
