@@ -9,7 +9,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 export PYTHONHASHSEED := 0
 
-.PHONY: book test serve lint release grade measure clean venv
+.PHONY: book test test-fast site-test serve lint release grade measure clean venv
 
 venv: $(STAMP)
 
@@ -35,9 +35,24 @@ book: $(STAMP)
 	@test -s _build/html/index.html || { echo "make book: _build/html/index.html is missing or empty" >&2; exit 1; }
 	@echo "Book built: _build/html/index.html"
 
+# Every test once (chapters are executed by tests/test_book.py; the nbgrader pipeline runs for real).
 test: $(STAMP)
-	$(BIN)/ruff check mlsys tests scripts
+	$(BIN)/ruff check mlsys tests
 	$(BIN)/python -m pytest
+
+# Models, records, grading helpers and the architecture checks: no notebook execution, under a minute.
+FAST_TESTS := tests/test_architecture.py tests/test_units_roofline.py tests/test_hardware.py tests/test_numerics.py \
+	tests/test_tiling.py tests/test_fusion.py tests/test_comm.py tests/test_overhead.py tests/test_occupancy.py \
+	tests/test_memory_access.py tests/test_measurements.py tests/test_grading.py
+test-fast: $(STAMP)
+	$(BIN)/ruff check mlsys tests
+	$(BIN)/python -m pytest -m "not slow" $(wildcard $(FAST_TESTS))
+
+# The built site in a real browser (Debian's chromium through Playwright): every page, both widths.
+# Screenshots land in _build/screenshots/.
+site-test: $(STAMP)
+	@test -s _build/html/index.html || $(MAKE) book
+	$(BIN)/python -m pytest -q -m site tests/test_site.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check mlsys tests
@@ -57,6 +72,6 @@ release: $(STAMP)
 grade: $(STAMP)
 	$(BIN)/python -m mlsys.course.teach grade $(ARGS)
 
-# Measure this machine's roofs and write data/measurements/<device-slug>.json.
+# Measure this machine's roofs and write data/measurements/<device-slug>/roofs.json.
 measure: $(STAMP)
 	$(BIN)/python -m mlsys measure

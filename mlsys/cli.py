@@ -3,8 +3,11 @@
 Subcommands: ``list``, ``show NAME``, ``ridge NAME``, ``bound NAME --flops F --bytes B``,
 ``allreduce --size S --world P --bandwidth BW``, ``format FMT`` and ``measure`` (which hands
 over to ``mlsys.bench``). Quantities are given as strings with units (``"2 GFLOP"``,
-``"1 GB"``, ``"450 GB/s"``, ``"5 us"``). Bad input prints one line, ``mlsys: error: ...``,
-and exits with status 2.
+``"1 GB"``, ``"450 GB/s"``, ``"5 us"``). A bare number is read in the base unit only for
+counts (``--flops``, ``--bytes``, ``--size``: FLOP, byte), with a warning on stderr; a bare
+bandwidth or latency is refused. Infinite and NaN values are refused, and so are sub-unit
+prefixes on data (``"1 mB"``). Bad input, including a missing ``$MLSYS_ACCELERATORS`` file,
+prints one line, ``mlsys: error: ...``, and exits with status 2.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import pint
 
 from . import comm, hardware, numerics, roofline
 from .course.claims import fmt
-from .units import Q_, DimensionError, as_quantity
+from .units import BARE_UNITS, DimensionError, as_amount, as_quantity
 
 __all__ = ["main", "build_parser"]
 
@@ -28,12 +31,28 @@ class CLIError(Exception):
 
 
 def _quantity(text: str, unit: str, name: str) -> pint.Quantity:
-    """Parse ``text`` as a quantity in ``unit``; a bare number is taken to be in ``unit``."""
+    """Parse ``text`` as a finite quantity in ``unit`` (the policy of :mod:`mlsys.units`).
+
+    A bare number is taken in the base unit only for counts (FLOP, byte), with a warning on
+    stderr; for times and rates (``--bandwidth 450``, ``--latency 5``) it is refused, because
+    the reader cannot tell B/s from GB/s.
+    """
     try:
-        return Q_(float(text), unit)
+        number = float(text)
     except ValueError:
-        pass
-    return as_quantity(text, unit, name)
+        return as_quantity(text, unit, name)
+    if unit not in BARE_UNITS:
+        raise CLIError(f"{name} {text}: give a unit, e.g. '{text} {_EXAMPLE_UNIT.get(unit, unit)}' "
+                       f"(a bare number would be read as {unit})")
+    q = as_amount(number, unit, name)
+    _WARNINGS.append(f"mlsys: warning: {name} {text} read as {fmt(q)}; write the unit to silence this")
+    return q
+
+
+_WARNINGS: list[str] = []  # printed to stderr after a command succeeds (an error prints one line only)
+
+
+_EXAMPLE_UNIT = {"byte/s": "GB/s", "s": "us", "FLOP/s": "TFLOP/s"}
 
 
 def _auto(q: pint.Quantity, units: Sequence[str]) -> str:
@@ -67,7 +86,7 @@ def _cmd_list(args: argparse.Namespace) -> str:
         except ValueError:
             peak = ridge = "-"
         rows.append([acc.name, acc.vendor, acc.architecture, str(acc.year), peak,
-                     fmt(acc.memory_bandwidth, "TB/s"), fmt(acc.memory_capacity, "GB"), ridge])
+                     fmt(acc.memory_bandwidth, "TB/s"), fmt(acc.memory_capacity, "GiB"), ridge])
     header = ["name", "vendor", "architecture", "year", f"{args.dtype} peak (dense)", "memory bw", "memory",
               "ridge point"]
     return _table(rows, header)
@@ -134,9 +153,13 @@ def _cmd_bound(args: argparse.Namespace) -> str:
 
 def _cmd_allreduce(args: argparse.Namespace) -> str:
     size = _quantity(args.size, "byte", "--size")
-    bw = args.bandwidth if args.bandwidth[:1].isalpha() else _quantity(args.bandwidth, "byte/s", "--bandwidth")
+    try:  # a bare number is refused by _quantity; anything else is a quantity or an accelerator name
+        float(args.bandwidth)
+        bw: object = _quantity(args.bandwidth, "byte/s", "--bandwidth")
+    except ValueError:
+        bw = args.bandwidth
     latency = _quantity(args.latency, "s", "--latency")
-    bw_q = comm._bandwidth(bw)
+    bw_q = comm.link_bandwidth(bw)
     sent = comm.allreduce_bytes_per_gpu(size, args.world, args.algorithm)
     t = comm.allreduce_time(size, args.world, bw_q, latency, args.algorithm)
     return "\n".join([
@@ -209,12 +232,15 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI on ``argv`` (default ``sys.argv[1:]``); return the exit status (2 on bad input)."""
     args = build_parser().parse_args(list(argv) if argv is not None else None)
+    _WARNINGS.clear()
     try:
         result = args.func(args)
     except (CLIError, DimensionError, KeyError, ValueError, TypeError, pint.errors.PintError) as exc:
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
         print(f"mlsys: error: {message}", file=sys.stderr)
         return 2
+    for warning in _WARNINGS:
+        print(warning, file=sys.stderr)
     if isinstance(result, int):
         return result
     try:

@@ -24,8 +24,34 @@ Algorithms (``p`` GPUs, ``n`` bytes per GPU to reduce):
   inner node of one tree (two children) and a leaf of the other sends ``n/2`` up and
   ``2 * n/2`` down in the first and ``n/2`` up in the second: ``2 n`` bytes (``n`` when
   ``p = 2``). Model: ``t = 2 ceil(log2 p) latency + bytes_per_gpu / bandwidth`` (the
-  latency grows with the tree depth up and down; pipeline fill is ignored). Trees win for
-  small messages on many GPUs; rings win for large messages.
+  latency grows with the tree depth up and down; pipeline fill is ignored).
+
+  **Tree vs ring, and the assumption behind it.** The tree sends ``2 n`` bytes against the
+  ring's ``2 (p - 1) / p * n``: only ``2 n / p`` more. The ring pays ``2 (p - 1)`` latencies
+  against the tree's ``2 ceil(log2 p)``. So the ring wins only for messages above
+  ``n* = p * bandwidth * latency * (p - 1 - ceil(log2 p))`` (:func:`tree_ring_crossover`):
+  at 64 GPUs, 450 GB/s and 5 us that is 8.2 GB, far beyond any gradient bucket. The model
+  assumes the tree's pipelined chunks run at full link bandwidth; real trees lose some of it
+  (pipeline fill, a GPU sending down two links at once, PCIe/NIC limits), which is why NCCL
+  picks rings for large messages on one node. Use the crossover as the model's statement, not
+  as NCCL's tuning.
+
+Hierarchical all-reduce (:func:`hierarchical_allreduce_time`), for ``N`` nodes of ``g`` GPUs
+each, fast links (NVLink) inside a node and a slower network (InfiniBand) across: reduce-scatter
+inside each node, all-reduce of the ``n / g`` shard across nodes (one ring per local rank, each
+over that GPU's own NIC), all-gather inside the node (X. Jia et al., "Highly Scalable Deep
+Learning Training System with Mixed-Precision: Training ImageNet in Four Minutes",
+arXiv:1807.11205, 2018, section 3.3; NCCL does the same with its "CollNet"/NVLS-Tree variants):
+
+    t = 2 (g - 1) a_intra + 2 (g - 1) / g * n / B_intra + 2 (N - 1) a_inter + 2 (N - 1) / N * (n / g) / B_inter
+
+All-to-all (:func:`alltoall_time`): every GPU holds ``n`` bytes, ``n / p`` for each GPU; pairwise
+exchange in ``p - 1`` steps (R. Thakur, R. Rabenseifner, W. Gropp, "Optimization of Collective
+Communication Operations in MPICH", Int. J. High Perform. Comput. Appl. 19(1), 2005):
+``t = (p - 1) latency + (p - 1) / p * n / bandwidth``. With ``gpus_per_node = g`` and an
+``inter_bandwidth``, the ``(g - 1) / p * n`` bytes for GPUs of the same node go over the fast
+links while ``(p - g) / p * n`` cross the network at the same time; the slower of the two sets
+the time: ``(p - 1) latency + max((g - 1) / p * n / B_intra, (p - g) / p * n / B_inter)``.
 
 All-gather and reduce-scatter (ring): ``n`` is the size of the full tensor (all-gather's output,
 reduce-scatter's input); each GPU sends ``(p - 1) / p * n`` bytes in ``p - 1`` steps.
@@ -39,7 +65,7 @@ import math
 import pint
 
 from .hardware import Accelerator, get
-from .units import Q_, DimensionError, as_quantity, require_positive
+from .units import Q_, DimensionError, as_quantity, positive, require_count, require_fraction, require_positive
 
 __all__ = [
     "ALGORITHMS",
@@ -53,24 +79,25 @@ __all__ = [
     "step_time",
     "sync_overhead",
     "scaling_efficiency",
+    "link_bandwidth",
+    "tree_ring_crossover",
+    "hierarchical_allreduce_time",
+    "alltoall_bytes_per_gpu",
+    "alltoall_time",
+    "algorithm_bandwidth",
+    "bus_bandwidth",
+    "fit_latency_bandwidth",
 ]
 
 ALGORITHMS = ("ring", "tree")
 
 
 def _nbytes(value: object, name: str = "nbytes") -> pint.Quantity:
-    if isinstance(value, int) and not isinstance(value, bool):
-        value = Q_(value, "byte")
-    q = as_quantity(value, "byte", name)
-    return require_positive(q, name)
+    return positive(value, "byte", name)
 
 
-def _world(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"world_size must be an integer number of GPUs >= 1, got {value!r}")
-    if value < 1:
-        raise ValueError(f"world_size must be an integer number of GPUs >= 1, got {value}")
-    return value
+def _world(value: object, name: str = "world_size") -> int:
+    return require_count(value, name)
 
 
 def _algorithm(value: object) -> str:
@@ -79,23 +106,33 @@ def _algorithm(value: object) -> str:
     return str(value)
 
 
-def _bandwidth(value: object) -> pint.Quantity:
-    # a string starting with a letter is an accelerator name ("H100"); with a digit, a quantity
-    if isinstance(value, Accelerator) or (isinstance(value, str) and value.strip()[:1].isalpha()):
+def _is_name(text: str) -> bool:
+    """Whether ``text`` names an accelerator ("H100") rather than a quantity ("450 GB/s", "inf GB/s")."""
+    head = text.strip().lower()
+    return head[:1].isalpha() and not head.startswith(("inf", "nan", "-inf", "+inf"))
+
+
+def link_bandwidth(value: object, name: str = "bandwidth") -> pint.Quantity:
+    """A per-GPU, per-direction link bandwidth in byte/s, from a quantity, a string or an accelerator.
+
+    A string starting with a letter is an accelerator name (``"H100"``: its
+    ``interconnect_bandwidth``, already per direction); one starting with a digit is a
+    quantity (``"450 GB/s"``). Plain numbers, non-finite, zero and negative values are refused.
+    """
+    if isinstance(value, Accelerator) or (isinstance(value, str) and _is_name(value)):
         acc = get(value) if isinstance(value, str) else value
         if acc.interconnect_bandwidth is None:
             raise ValueError(f"{acc.name} has no interconnect_bandwidth figure; pass a bandwidth such as '450 GB/s'")
         return acc.interconnect_bandwidth
     try:
-        q = as_quantity(value, "byte/s", "bandwidth")
+        q = as_quantity(value, "byte/s", name)
     except DimensionError as exc:
         raise DimensionError(f"{exc} (per GPU, per direction, e.g. '450 GB/s')") from None
-    return require_positive(q, "bandwidth")
+    return require_positive(q, name)
 
 
-def _latency(value: object) -> pint.Quantity:
-    q = as_quantity(value, "s", "latency")
-    return require_positive(q, "latency", allow_zero=True)
+def _latency(value: object, name: str = "latency") -> pint.Quantity:
+    return positive(value, "s", name, allow_zero=True)
 
 
 def reduce_scatter_bytes_per_gpu(nbytes: object, world_size: int) -> pint.Quantity:
@@ -142,29 +179,27 @@ def allreduce_time(
     """
     p, alg = _world(world_size), _algorithm(algorithm)
     sent = allreduce_bytes_per_gpu(nbytes, p, alg)
-    return (_steps(p, alg) * _latency(latency) + sent / _bandwidth(bandwidth)).to("s")
+    return (_steps(p, alg) * _latency(latency) + sent / link_bandwidth(bandwidth)).to("s")
 
 
 def reduce_scatter_time(nbytes: object, world_size: int, bandwidth: object, latency: object = Q_(0, "s")) -> pint.Quantity:
     """Ring reduce-scatter time: ``(p - 1) latency + (p - 1) / p * n / bandwidth`` seconds (bandwidth per direction)."""
     p = _world(world_size)
-    return ((p - 1) * _latency(latency) + reduce_scatter_bytes_per_gpu(nbytes, p) / _bandwidth(bandwidth)).to("s")
+    return ((p - 1) * _latency(latency) + reduce_scatter_bytes_per_gpu(nbytes, p) / link_bandwidth(bandwidth)).to("s")
 
 
 def allgather_time(nbytes: object, world_size: int, bandwidth: object, latency: object = Q_(0, "s")) -> pint.Quantity:
     """Ring all-gather time: ``(p - 1) latency + (p - 1) / p * n / bandwidth`` seconds (bandwidth per direction)."""
     p = _world(world_size)
-    return ((p - 1) * _latency(latency) + allgather_bytes_per_gpu(nbytes, p) / _bandwidth(bandwidth)).to("s")
+    return ((p - 1) * _latency(latency) + allgather_bytes_per_gpu(nbytes, p) / link_bandwidth(bandwidth)).to("s")
 
 
 def _overlap(value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
-        raise ValueError(f"overlap must be a fraction in [0, 1] (share of communication hidden under compute), got {value!r}")
-    return float(value)
+    return require_fraction(value, "overlap")  # share of communication hidden under compute
 
 
 def _time(value: object, name: str) -> pint.Quantity:
-    return require_positive(as_quantity(value, "s", name), name, allow_zero=True)
+    return positive(value, "s", name, allow_zero=True)
 
 
 def exposed_comm_time(compute_time: object, comm_time: object, overlap: float = 0.0) -> pint.Quantity:
@@ -215,3 +250,136 @@ def scaling_efficiency(
     require_positive(c, "compute_time")
     return float(c / step_time(c, comm, overlap))
 
+
+
+def tree_ring_crossover(world_size: int, bandwidth: object, latency: object) -> pint.Quantity:
+    """Message size above which this module's ring all-reduce beats its tree, in bytes.
+
+    Setting :func:`allreduce_time` equal for both: the tree sends ``2 n / p`` bytes more and the
+    ring pays ``2 (p - 1 - ceil(log2 p))`` more latencies, so
+    ``n* = p * bandwidth * latency * (p - 1 - ceil(log2 p))``. Zero when the ring never pays more
+    latency (``p <= 3``), where the ring is never slower.
+    Assumes the tree runs at full link bandwidth (see the module docstring).
+    """
+    p = _world(world_size)
+    extra_steps = p - 1 - math.ceil(math.log2(p))
+    return (p * link_bandwidth(bandwidth) * _latency(latency) * max(extra_steps, 0)).to("byte")
+
+
+def hierarchical_allreduce_time(
+    nbytes: object,
+    nodes: int,
+    gpus_per_node: int,
+    intra_bandwidth: object,
+    inter_bandwidth: object,
+    intra_latency: object = Q_(0, "s"),
+    inter_latency: object = Q_(0, "s"),
+) -> pint.Quantity:
+    """Two-level all-reduce of ``n`` bytes on ``N`` nodes of ``g`` GPUs, in seconds.
+
+    ``2 (g - 1) a_intra + 2 (g - 1) / g * n / B_intra + 2 (N - 1) a_inter + 2 (N - 1) / N * (n / g) / B_inter``:
+    ring reduce-scatter and all-gather inside each node over ``intra_bandwidth`` (NVLink, per GPU
+    per direction) and a ring all-reduce of each GPU's ``n / g`` shard across nodes over
+    ``inter_bandwidth`` (that GPU's network link, e.g. 400 Gb/s InfiniBand = 50 GB/s per direction).
+    Source: Jia et al. 2018 (module docstring).
+    """
+    n = _nbytes(nbytes)
+    big_n, g = _world(nodes, "nodes"), _world(gpus_per_node, "gpus_per_node")
+    b_in, b_out = link_bandwidth(intra_bandwidth, "intra_bandwidth"), link_bandwidth(inter_bandwidth, "inter_bandwidth")
+    a_in, a_out = _latency(intra_latency, "intra_latency"), _latency(inter_latency, "inter_latency")
+    intra = 2 * (g - 1) * a_in + 2 * (g - 1) / g * n / b_in
+    inter = 2 * (big_n - 1) * a_out + 2 * (big_n - 1) / big_n * (n / g) / b_out
+    return (intra + inter).to("s")
+
+
+def alltoall_bytes_per_gpu(nbytes: object, world_size: int) -> pint.Quantity:
+    """Bytes each GPU sends in an all-to-all where it holds ``n`` bytes, ``n / p`` per peer: ``(p - 1) / p * n``."""
+    n, p = _nbytes(nbytes), _world(world_size)
+    return ((p - 1) / p * n).to("byte")
+
+
+def alltoall_time(
+    nbytes: object,
+    world_size: int,
+    bandwidth: object,
+    latency: object = Q_(0, "s"),
+    gpus_per_node: int | None = None,
+    inter_bandwidth: object | None = None,
+) -> pint.Quantity:
+    """All-to-all (pairwise exchange) time in seconds; each GPU holds ``n`` bytes, ``n / p`` per peer.
+
+    One level: ``(p - 1) latency + (p - 1) / p * n / bandwidth``. With ``gpus_per_node = g`` and
+    ``inter_bandwidth``: ``(p - 1) latency + max((g - 1) / p * n / bandwidth, (p - g) / p * n / inter_bandwidth)``
+    (same-node traffic over ``bandwidth``, the rest over the network, concurrently). ``p`` must be
+    a multiple of ``g``. Bandwidths per GPU per direction.
+    """
+    n, p = _nbytes(nbytes), _world(world_size)
+    lat = (p - 1) * _latency(latency)
+    b_in = link_bandwidth(bandwidth)
+    if gpus_per_node is None and inter_bandwidth is None:
+        return (lat + (p - 1) / p * n / b_in).to("s")
+    if gpus_per_node is None or inter_bandwidth is None:
+        raise ValueError("give both gpus_per_node and inter_bandwidth for a two-level all-to-all, or neither")
+    g = _world(gpus_per_node, "gpus_per_node")
+    if p % g:
+        raise ValueError(f"world_size {p} is not a multiple of gpus_per_node {g}")
+    b_out = link_bandwidth(inter_bandwidth, "inter_bandwidth")
+    return (lat + max(((g - 1) / p * n / b_in).to("s"), ((p - g) / p * n / b_out).to("s"))).to("s")
+
+
+# ----------------------------------------------------------------------------------------------
+# reading measurements: algorithm vs bus bandwidth, and the alpha-beta fit
+
+
+def algorithm_bandwidth(nbytes: object, time: object) -> pint.Quantity:
+    """Algorithm bandwidth of a collective: ``algbw = n / t`` (bytes of the tensor per second).
+
+    This is what a user sees (how fast "a 256 MiB all-reduce" goes); it is not what the links
+    carry, which :func:`bus_bandwidth` gives. byte/s.
+    """
+    t = require_positive(as_quantity(time, "s", "time"), "time")
+    return (_nbytes(nbytes) / t).to("byte/s")
+
+
+def bus_bandwidth(nbytes: object, time: object, world_size: int) -> pint.Quantity:
+    """Bus bandwidth of a ring all-reduce: ``busbw = algbw * 2 (p - 1) / p`` byte/s.
+
+    The bytes each GPU actually sends per second on a ring (NCCL tests' "busbw"), so it can be
+    compared with a link's bandwidth per direction whatever ``p`` is. 0 for ``p = 1``.
+    """
+    p = _world(world_size)
+    return (algorithm_bandwidth(nbytes, time) * (2 * (p - 1) / p)).to("byte/s")
+
+
+def fit_latency_bandwidth(
+    nbytes: list[object], times: list[object], world_size: int, algorithm: str = "ring"
+) -> tuple[pint.Quantity, pint.Quantity]:
+    """Fit :func:`allreduce_time`'s ``latency`` (alpha) and ``bandwidth`` (1/beta) to measured times.
+
+    The model is linear in ``alpha`` and ``beta = 1 / bandwidth``:
+    ``t = steps * alpha + allreduce_bytes_per_gpu(n, p) * beta``. Least squares on the
+    *relative* residuals ``(model - t) / t`` (each row divided by ``t``), so microsecond-scale
+    small messages weigh as much as millisecond-scale large ones. Returns ``(latency [s],
+    bandwidth [byte/s])``; a negative latency from noisy data is clipped to 0 and the bandwidth
+    refitted. Needs at least two distinct sizes and ``world_size >= 2``.
+    """
+    import numpy as np
+
+    p, alg = _world(world_size), _algorithm(algorithm)
+    if p < 2:
+        raise ValueError("fit_latency_bandwidth: world_size 1 moves nothing; expected world_size >= 2")
+    if len(nbytes) != len(times):
+        raise ValueError(f"fit_latency_bandwidth: expected as many times as sizes, got {len(times)} and {len(nbytes)}")
+    sent = np.array([allreduce_bytes_per_gpu(n, p, alg).to("byte").magnitude for n in nbytes], dtype=float)
+    t = np.array([require_positive(as_quantity(x, "s", "time"), "time").to("s").magnitude for x in times], dtype=float)
+    if len(set(sent.tolist())) < 2:
+        raise ValueError("fit_latency_bandwidth: expected at least two distinct message sizes")
+    steps = float(_steps(p, alg))
+    a = np.column_stack([np.full_like(t, steps), sent]) / t[:, None]
+    (alpha, beta), *_ = np.linalg.lstsq(a, np.ones_like(t), rcond=None)
+    if alpha < 0:
+        alpha = 0.0
+        beta = float(np.sum(sent / t) / np.sum((sent / t) ** 2))
+    if beta <= 0:
+        raise ValueError("fit_latency_bandwidth: the times do not grow with size; no bandwidth can be fitted")
+    return Q_(float(alpha), "s"), Q_(1.0 / float(beta), "byte/s")

@@ -26,17 +26,13 @@ from .hardware import Accelerator
 from .numerics import itemsize
 from .overhead import launch_time
 from .roofline import Roof, roof_of
-from .units import DimensionError, as_quantity, require_positive
+from .units import DimensionError, positive, require_count
 
 __all__ = ["chain_traffic", "FusionSavings", "fusion_savings", "FusionTime", "fusion_time"]
 
 
 def _numel(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"numel must be a positive integer (elements per tensor), got {value!r}")
-    if value <= 0:
-        raise ValueError(f"numel must be a positive integer (elements per tensor), got {value}")
-    return value
+    return require_count(value, "numel (elements per tensor)")
 
 
 def _arities(arities: object) -> list[int]:
@@ -91,7 +87,7 @@ class FusionTime(NamedTuple):
     speedup: float  #: unfused / fused
 
 
-def _bandwidth(where: object) -> pint.Quantity:
+def _memory_bandwidth(where: object) -> pint.Quantity:
     if isinstance(where, (Accelerator, Roof)):
         return roof_of(where).bandwidth
     if isinstance(where, str):
@@ -99,13 +95,12 @@ def _bandwidth(where: object) -> pint.Quantity:
             return roof_of(where).bandwidth
         except KeyError:
             try:
-                q = as_quantity(where, "byte/s", "bandwidth")
+                return positive(where, "byte/s", "bandwidth")
             except DimensionError:
                 raise ValueError(
                     f"{where!r} is neither a known accelerator nor a bandwidth such as '3.35 TB/s'"
                 ) from None
-            return require_positive(q, "bandwidth")
-    return require_positive(as_quantity(where, "byte/s", "bandwidth"), "bandwidth")
+    return positive(where, "byte/s", "bandwidth")
 
 
 def fusion_time(
@@ -123,7 +118,7 @@ def fusion_time(
     ``Roof``, or a bandwidth quantity / string (``"3.35 TB/s"``). ``launch`` is the per-launch
     cost in seconds (measure it: ``mlsys.bench``).
     """
-    bw = _bandwidth(where)
+    bw = _memory_bandwidth(where)
     n_ops = len(_arities(arities))
     unfused_bytes = chain_traffic(numel, dtype, arities, fused=False)
     fused_bytes = chain_traffic(numel, dtype, arities, fused=True)

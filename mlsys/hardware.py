@@ -1,7 +1,12 @@
 """Accelerator specifications, loaded from ``mlsys/data/accelerators.toml`` and validated.
 
 Every figure carries its source. Peaks are dense; structured-sparsity figures are kept only
-in ``sparse_peak_flops``. ``interconnect_bandwidth`` is per GPU and per direction.
+in ``sparse_peak_flops``. Memory and cache sizes are binary (GiB, MiB, KiB) with the vendor's
+"80 GB" wording kept in the figure's note; a decimal unit there is refused when loading.
+The data file gives interconnect figures as printed, with a ``direction`` field
+(``"per_direction"`` or ``"bidirectional"``); ``Accelerator.interconnect_bandwidth`` is always
+per GPU and per direction (half a bidirectional figure). Non-finite values, duplicate names
+and unknown fields are refused with :class:`SpecError`.
 
 >>> from mlsys import hardware
 >>> hardware.get("H100").ridge_point("bf16")        # doctest: +SKIP
@@ -10,6 +15,7 @@ in ``sparse_peak_flops``. ``interconnect_bandwidth`` is per GPU and per directio
 
 from __future__ import annotations
 
+import math
 import os
 import tomllib
 from collections.abc import Mapping
@@ -25,7 +31,7 @@ import pint
 from .numerics import canonical_dtype
 from .units import Q_
 
-__all__ = ["Accelerator", "Source", "SpecError", "get", "all_accelerators", "names", "load", "data_file", "DATA_FILE"]
+__all__ = ["Accelerator", "Source", "SpecError", "BINARY_FIGURES", "DIRECTIONS", "get", "all_accelerators", "names", "load", "data_file", "DATA_FILE"]
 
 DATA_FILE = Path(str(resources.files("mlsys") / "data" / "accelerators.toml"))
 
@@ -39,6 +45,11 @@ _SCALARS: dict[str, str] = {
     "tdp": "W",
     "interconnect_bandwidth": "byte/s",
 }
+#: figures whose unit must be binary (the hardware's): byte, KiB, MiB, GiB or TiB
+BINARY_FIGURES = ("memory_capacity", "l2_cache", "shared_memory_per_sm", "register_file_per_sm")
+_BINARY_UNITS = ("B", "byte", "KiB", "MiB", "GiB", "TiB")
+#: allowed values of an interconnect figure's ``direction`` field
+DIRECTIONS = ("per_direction", "bidirectional")
 _REQUIRED = ("name", "vendor", "architecture", "year", "memory_bandwidth", "memory_capacity", "peak_flops")
 #: dtypes a peak may be given for (keys of peak_flops / sparse_peak_flops)
 PEAK_DTYPES = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp4")
@@ -93,8 +104,10 @@ class Accelerator:
         key = canonical_dtype(dtype)
         if key in ("fp8_e4m3", "fp8_e5m2"):
             key = "fp8"
-        if key == "fp4_e2m1":
+        if key in ("fp4_e2m1", "nvfp4", "mxfp4"):  # block-scaled formats run at the fp4 rate
             key = "fp4"
+        if key == "mxfp8":
+            key = "fp8"
         if key not in self.peak_flops:
             raise ValueError(
                 f"{self.name} has no dense {key} peak (unsupported or not in its datasheet); "
@@ -131,9 +144,18 @@ class SpecError(ValueError):
 def _quantity(entry: Any, where: str, unit: str, sources: Mapping[str, Source]) -> tuple[Any, str, str | None]:
     if not isinstance(entry, dict) or not {"value", "unit", "source"} <= entry.keys():
         raise SpecError(f"{where}: expected a table {{value, unit, source}}, got {entry!r}")
+    extra = set(entry) - {"value", "unit", "source", "note", "direction"}
+    if extra:
+        raise SpecError(f"{where}: unknown keys {sorted(extra)}; a figure has value, unit, source and note")
     value = entry["value"]
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise SpecError(f"{where}: value must be a positive number, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not value > 0:
+        raise SpecError(f"{where}: value must be a finite positive number, got {value!r}")
+    key = where.split(".", 1)[-1]
+    if key in BINARY_FIGURES and entry["unit"] not in _BINARY_UNITS:
+        raise SpecError(
+            f"{where}: unit {entry['unit']!r} is decimal, but memory and cache sizes are binary in this file; "
+            f"use one of {', '.join(_BINARY_UNITS)} and keep the datasheet's wording (e.g. '80 GB') in the note"
+        )
     if entry["source"] not in sources:
         raise SpecError(f"{where}: source {entry['source']!r} is not among this entry's sources {sorted(sources)}")
     if unit == "":
@@ -179,6 +201,18 @@ def _build(raw: Mapping[str, Any]) -> Accelerator:
     for key, unit in _SCALARS.items():
         if key in raw:
             kwargs[key] = take(key, raw[key], unit)
+    if "interconnect_bandwidth" in raw:
+        direction = raw["interconnect_bandwidth"].get("direction")
+        if direction not in DIRECTIONS:
+            raise SpecError(f"{name}.interconnect_bandwidth: direction must be one of {DIRECTIONS}, got {direction!r}")
+        printed = kwargs["interconnect_bandwidth"]
+        if direction == "bidirectional":
+            kwargs["interconnect_bandwidth"] = printed / 2
+        notes["interconnect_bandwidth"] = "; ".join(
+            filter(None, [f"datasheet: {printed:~P} {direction.replace('_', ' ')}", notes.get("interconnect_bandwidth")]))
+    for key in _SCALARS:
+        if key != "interconnect_bandwidth" and key in raw and "direction" in raw[key]:
+            raise SpecError(f"{name}.{key}: only interconnect_bandwidth takes a direction field")
     if "sm_count" in raw:
         kwargs["sm_count"] = take("sm_count", raw["sm_count"], "")
     for table in ("peak_flops", "sparse_peak_flops"):
@@ -218,12 +252,19 @@ def data_file() -> Path:
 def load(path: str | Path | None = None) -> dict[str, Accelerator]:
     """Load and validate a data file (default: :func:`data_file`); name -> Accelerator."""
     path = Path(path) if path is not None else data_file()
-    with open(path, "rb") as fh:
-        data = tomllib.load(fh)
+    try:
+        with open(path, "rb") as fh:
+            data = tomllib.load(fh)
+    except FileNotFoundError:
+        raise SpecError(f"accelerator data file {path} does not exist (check $MLSYS_ACCELERATORS)") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(f"{path}: not valid TOML ({exc})") from None
     accels: dict[str, Accelerator] = {}
     lookup: dict[str, str] = {}
     for raw in data.get("accelerator", []):
         acc = _build(raw)
+        if acc.name in accels:
+            raise SpecError(f"{path}: accelerator {acc.name!r} appears twice")
         for label in (acc.name, *acc.aliases):
             key = _norm(label)
             if lookup.get(key, acc.name) != acc.name:

@@ -16,7 +16,7 @@ from typing import Any
 
 import pint
 
-from .units import Q_, as_quantity
+from .units import Q_, positive, require_count
 
 __all__ = ["SECTOR_BYTES", "WARP_SIZE", "sectors_per_warp", "coalescing_efficiency",
            "bytes_in_flight"]
@@ -26,9 +26,7 @@ WARP_SIZE = 32
 
 
 def _positive_int(value: Any, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-    return value
+    return require_count(value, name)
 
 
 def sectors_per_warp(stride: int, itemsize: int = 4, lanes: int = WARP_SIZE,
@@ -57,8 +55,6 @@ def coalescing_efficiency(stride: int, itemsize: int = 4, lanes: int = WARP_SIZE
 def bytes_in_flight(bandwidth: Any, latency: Any) -> pint.Quantity:
     """Little's law: data that must be outstanding to sustain ``bandwidth`` (byte/s) through a
     memory of ``latency`` (s): ``bandwidth * latency``, in bytes."""
-    bw = as_quantity(bandwidth, "byte/s", "bandwidth")
-    lat = as_quantity(latency, "s", "latency")
-    if bw.m <= 0 or lat.m <= 0:
-        raise ValueError(f"bandwidth and latency must be positive, got {bw} and {lat}")
+    bw = positive(bandwidth, "byte/s", "bandwidth")
+    lat = positive(latency, "s", "latency")
     return (bw * lat).to("byte") + Q_(0, "byte")

@@ -21,7 +21,7 @@ import numpy as np
 
 from .units import Q_
 
-__all__ = ["DTYPES", "canonical_dtype", "itemsize"]
+__all__ = ["DTYPES", "BLOCK_SCALED", "canonical_dtype", "itemsize"]
 
 #: canonical dtype name -> storage bits per element
 _BITS: dict[str, float] = {
@@ -37,6 +37,23 @@ _BITS: dict[str, float] = {
     "int4": 4,
     "fp4_e2m1": 4,
     "fp4": 4,
+    # block-scaled formats: element bits + scale bits / block size (effective storage per element)
+    "mxfp8": 8 + 8 / 32,  # OCP MX: fp8 (e4m3 or e5m2) elements, one e8m0 scale per 32
+    "mxfp4": 4 + 8 / 32,  # OCP MX: fp4 (e2m1) elements, one e8m0 scale per 32 -> 4.25 bits
+    "nvfp4": 4 + 8 / 16,  # NVIDIA NVFP4: fp4 (e2m1) elements, one e4m3 scale per 16 -> 4.5 bits
+}
+
+#: block-scaled format -> (element format, block size, scale format). The effective size in
+#: ``itemsize`` counts the shared scale: ``element_bits + scale_bits / block`` per element.
+#: Sources: "OCP Microscaling Formats (MX) Specification" v1.0 (2023-09), section 5 (block of 32,
+#: E8M0 scale), https://www.opencompute.org/documents/ocp-microscaling-formats-mx-v1-0-spec-final-pdf ;
+#: NVIDIA, "Introducing NVFP4 for efficient and accurate low-precision inference", NVIDIA Technical
+#: Blog (2025-06), https://developer.nvidia.com/blog/introducing-nvfp4-for-efficient-and-accurate-low-precision-inference/
+#: (blocks of 16 FP4 values share one FP8 E4M3 scale, plus one fp32 scale per tensor, ignored here).
+BLOCK_SCALED: dict[str, tuple[str, int, str]] = {
+    "mxfp8": ("fp8_e4m3", 32, "e8m0"),
+    "mxfp4": ("fp4_e2m1", 32, "e8m0"),
+    "nvfp4": ("fp4_e2m1", 16, "fp8_e4m3"),
 }
 
 #: every canonical dtype name the course knows
@@ -50,7 +67,7 @@ _ALIASES: dict[str, str] = {
     "float16": "fp16", "half": "fp16", "f16": "fp16",
     "float8_e4m3fn": "fp8_e4m3", "e4m3": "fp8_e4m3", "fp8e4m3": "fp8_e4m3",
     "float8_e5m2": "fp8_e5m2", "e5m2": "fp8_e5m2", "fp8e5m2": "fp8_e5m2",
-    "e2m1": "fp4_e2m1", "float4_e2m1fn_x2": "fp4_e2m1", "nvfp4": "fp4_e2m1", "mxfp4": "fp4_e2m1",
+    "e2m1": "fp4_e2m1", "float4_e2m1fn_x2": "fp4_e2m1",
     "uint8": "int8",
 }
 
@@ -77,6 +94,8 @@ def canonical_dtype(dtype: object) -> str:
 def itemsize(dtype: object):
     """Storage size of one element: ``bits / 8`` bytes (fp32 -> 4 B, bf16 -> 2 B, fp4 -> 0.5 B).
 
+    Block-scaled formats count their shared scale (:data:`BLOCK_SCALED`): nvfp4 is
+    ``(4 + 8/16) / 8 = 0.5625`` B, mxfp4 ``(4 + 8/32) / 8 = 0.53125`` B, mxfp8 ``1.03125`` B.
     Returns a pint quantity in bytes.
     """
     return Q_(_BITS[canonical_dtype(dtype)] / 8, "byte")
@@ -187,6 +206,8 @@ def float_format(fmt: object) -> FloatFormat:
     if isinstance(fmt, FloatFormat):
         return fmt
     name = canonical_dtype(fmt)
+    if name in BLOCK_SCALED:  # the elements' own format (the scale is a separate number)
+        name = BLOCK_SCALED[name][0]
     if name == "fp4":
         name = "fp4_e2m1"
     if name == "fp8":

@@ -27,7 +27,7 @@ from typing import Any
 import pint
 
 from .hardware import Accelerator, get
-from .units import Q_, as_quantity
+from .units import Q_, positive, require_count
 
 __all__ = ["SMLimits", "Occupancy", "ARCH_LIMITS", "sm_limits", "occupancy"]
 
@@ -63,6 +63,12 @@ ARCH_LIMITS: dict[str, dict[str, Any]] = {
                "max_blocks_per_sm": 32, "max_shared_memory_per_block_kib": 227},
     "Ampere": {"compute_capability": "8.0", "max_threads_per_sm": 2048, "max_warps_per_sm": 64,
                "max_blocks_per_sm": 32, "max_shared_memory_per_block_kib": 163},
+    "Ada Lovelace": {"compute_capability": "8.9", "max_threads_per_sm": 1536, "max_warps_per_sm": 48,
+                     "max_blocks_per_sm": 24, "max_shared_memory_per_block_kib": 99},
+    "Turing": {"compute_capability": "7.5", "max_threads_per_sm": 1024, "max_warps_per_sm": 32,
+               "max_blocks_per_sm": 16, "max_shared_memory_per_block_kib": 64},
+    "Volta": {"compute_capability": "7.0", "max_threads_per_sm": 2048, "max_warps_per_sm": 64,
+              "max_blocks_per_sm": 32, "max_shared_memory_per_block_kib": 96},
 }
 
 
@@ -133,25 +139,19 @@ def occupancy(
     threads, registers or shared memory for one block).
     """
     lim = limits if isinstance(limits, SMLimits) else sm_limits(limits)
-    for name, value in (("threads_per_block", threads_per_block),
-                        ("registers_per_thread", registers_per_thread)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    require_count(threads_per_block, "threads_per_block")
+    require_count(registers_per_thread, "registers_per_thread")
     if threads_per_block > lim.max_threads_per_block:
         raise ValueError(f"threads_per_block={threads_per_block} exceeds the limit of "
                          f"{lim.max_threads_per_block} threads per block")
     if registers_per_thread > lim.max_registers_per_thread:
         raise ValueError(f"registers_per_thread={registers_per_thread} exceeds the limit of "
                          f"{lim.max_registers_per_thread}")
-    if isinstance(shared_memory_per_block, (int, float)) and not isinstance(shared_memory_per_block, bool):
-        smem = Q_(shared_memory_per_block, "byte")
-    else:
-        smem = as_quantity(shared_memory_per_block, "byte", "shared_memory_per_block").to("byte")
-    if smem.m < 0:
-        raise ValueError(f"shared_memory_per_block must be >= 0 byte, got {smem}")
+    smem = positive(shared_memory_per_block, "byte", "shared_memory_per_block", allow_zero=True).to("byte")
     if smem > lim.max_shared_memory_per_block:
-        raise ValueError(f"shared_memory_per_block={smem.to('KiB'):.1f~P} exceeds the per-block "
-                         f"maximum of {lim.max_shared_memory_per_block.to('KiB'):~P} "
+        raise ValueError(f"shared_memory_per_block={smem.m:,.0f} B exceeds the per-block "
+                         f"maximum of {lim.max_shared_memory_per_block.m:,.0f} B "
+                         f"({lim.max_shared_memory_per_block.to('KiB'):~P}) "
                          f"(compute capability {lim.compute_capability})")
 
     warps = math.ceil(threads_per_block / lim.warp_size)

@@ -23,20 +23,17 @@ rather than assuming a figure.
 
 from __future__ import annotations
 
-from numbers import Real
 from typing import NamedTuple
 
 import pint
 
-from .units import Q_, as_quantity, require_count, require_positive
+from .units import Q_, positive, require_count, require_fraction, require_positive
 
 __all__ = ["amdahl_speedup", "launch_time", "graph_time", "LaunchComparison", "launch_comparison"]
 
 
 def _time(value: object, name: str, allow_zero: bool = True) -> pint.Quantity:
-    q = as_quantity(value, "s", name)
-    require_positive(q, name, allow_zero=allow_zero)
-    return q
+    return positive(value, "s", name, allow_zero=allow_zero)
 
 
 
@@ -47,9 +44,7 @@ def amdahl_speedup(parallel_fraction: float, speedup: float) -> float:
     ``f`` (0..1) is the fraction of the original run time that is sped up, ``s`` (> 0) the
     factor by which that part gets faster. As ``s`` grows the result approaches ``1 / (1 - f)``.
     """
-    f = parallel_fraction
-    if isinstance(f, bool) or not isinstance(f, Real) or not 0 <= f <= 1:
-        raise ValueError(f"parallel_fraction must be a number in [0, 1], got {f!r}")
+    f = require_fraction(parallel_fraction, "parallel_fraction")
     require_positive(speedup, "speedup")
     return 1.0 / ((1.0 - f) + f / speedup)
 

@@ -18,7 +18,7 @@ import pint
 
 from .hardware import Accelerator, get
 from .numerics import itemsize
-from .units import Q_, as_quantity, require_count, require_positive
+from .units import Q_, as_quantity, positive, require_count, require_positive
 
 __all__ = [
     "arithmetic_intensity",
@@ -36,19 +36,11 @@ __all__ = [
 
 
 def _flops(value: object, name: str = "flops") -> pint.Quantity:
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        value = Q_(value, "FLOP")
-    q = as_quantity(value, "FLOP", name)
-    require_positive(q, name, allow_zero=True)
-    return q
+    return positive(value, "FLOP", name, allow_zero=True)
 
 
 def _bytes(value: object, name: str = "bytes_moved") -> pint.Quantity:
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        value = Q_(value, "byte")
-    q = as_quantity(value, "byte", name)
-    require_positive(q, name)
-    return q
+    return positive(value, "byte", name)
 
 
 class Roof:
@@ -84,16 +76,14 @@ def roof_of(accel: Accelerator | str | Roof, dtype: object = "bf16") -> Roof:
 def arithmetic_intensity(flops: object, bytes_moved: object) -> pint.Quantity:
     """Arithmetic intensity ``I = flops / bytes_moved`` in FLOP/byte.
 
-    ``flops`` in FLOP (or a plain number of FLOPs), ``bytes_moved`` in bytes (> 0).
+    ``flops`` in FLOP (or a plain number of FLOPs), ``bytes_moved`` in bytes (> 0, or a plain
+    number of bytes), per the policy in :mod:`mlsys.units`.
     """
     return (_flops(flops) / _bytes(bytes_moved)).to("FLOP/byte")
 
 
 def _intensity(value: object) -> pint.Quantity:
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        value = Q_(value, "FLOP/byte")
-    q = as_quantity(value, "FLOP/byte", "intensity")
-    return require_positive(q, "intensity", allow_zero=True)
+    return positive(value, "FLOP/byte", "intensity", allow_zero=True)
 
 
 def attainable_flops(intensity: object, accel: Accelerator | str | Roof, dtype: object = "bf16") -> pint.Quantity:

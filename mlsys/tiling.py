@@ -31,6 +31,7 @@ import pint
 
 from .hardware import Accelerator, get
 from .numerics import itemsize
+from .occupancy import sm_limits
 from .roofline import arithmetic_intensity, matmul_flops
 from .units import require_count
 
@@ -136,11 +137,12 @@ class TileConfig:
 
 
 def fits_shared_memory(config: TileConfig | Mapping[str, object], accel: Accelerator | str) -> bool:
-    """Whether one program of ``config`` fits in the shared memory of one SM of ``accel``.
+    """Whether one program of ``config`` fits in the shared memory one block may use on ``accel``.
 
-    Compares :func:`shared_memory_bytes` with ``accel.shared_memory_per_sm``. That is an upper
-    bound: the largest allocation a single block may request is a little smaller (e.g. 227 KiB
-    of the H100's 228 KiB), and the SM's L1 shares the same storage. ``config`` is a
+    Compares :func:`shared_memory_bytes` with the per-block maximum of
+    :func:`mlsys.occupancy.sm_limits` (227 KiB on an H100, whose SM holds 228 KiB: one block
+    cannot have all of it). For an architecture without SM limits there, the SM's
+    ``shared_memory_per_sm`` is used, an upper bound. ``config`` is a
     :class:`TileConfig` or a mapping with its fields (``block_m``, ``block_n``, ``block_k``,
     optional ``dtype`` and ``stages``).
     """
@@ -156,4 +158,8 @@ def fits_shared_memory(config: TileConfig | Mapping[str, object], accel: Acceler
         raise TypeError(f"accel must be an Accelerator or its name, got {accel!r}")
     if acc.shared_memory_per_sm is None:
         raise ValueError(f"{acc.name} has no shared_memory_per_sm figure in the data file")
-    return bool(config.shared_memory <= acc.shared_memory_per_sm.to("byte"))
+    try:
+        limit = sm_limits(acc).max_shared_memory_per_block
+    except KeyError:  # no per-block limit known for this architecture: the SM's capacity bounds it
+        limit = acc.shared_memory_per_sm
+    return bool(config.shared_memory <= limit.to("byte"))

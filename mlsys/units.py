@@ -12,12 +12,16 @@ binary prefixes (KiB, MiB, GiB) are powers of 1024, as used for memory sizes.
 
 from __future__ import annotations
 
-from numbers import Real
+import math
+from numbers import Integral, Real
 from typing import Any
 
 import pint
 
-__all__ = ["ureg", "Q_", "DimensionError", "as_quantity", "require_positive", "require_count"]
+__all__ = [
+    "ureg", "Q_", "DimensionError", "BARE_UNITS", "as_quantity", "as_amount", "positive",
+    "require_finite", "require_positive", "require_count", "require_fraction",
+]
 
 ureg = pint.UnitRegistry(
     filename=None,  # start empty: no bit, no dimensionless byte
@@ -59,6 +63,7 @@ meter = [length] = m = metre
 gram = [mass] = g
 ampere = [current] = A
 kelvin = [temperature] = K
+degree_Celsius = kelvin; offset: 273.15 = degC = celsius  # GPU temperatures in provenance records
 FLOP = [compute] = _ = flop = FLOPs = OP = op
 byte = [data] = B = octet
 bit = byte / 8 = b
@@ -86,12 +91,60 @@ class DimensionError(ValueError):
     """A quantity had the wrong physical dimension (e.g. FLOP/s where byte/s was expected)."""
 
 
+# ---------------------------------------------------------------------------------------------
+# One input-validation policy for every public function of the models
+# ---------------------------------------------------------------------------------------------
+#
+# * A quantity must be a pint quantity (of any registry) or a string such as "3.35 TB/s".
+# * Its magnitude must be a finite real number: inf and NaN are refused everywhere (no model
+#   gives a meaningful answer for an infinite bandwidth or a NaN size).
+# * A plain number is accepted only where the base unit is a count that cannot be misread:
+#   FLOP, byte and FLOP/byte (BARE_UNITS). Times and rates (s, byte/s, FLOP/s) must carry
+#   their unit, because "450" could be B/s, GB/s or GiB/s.
+# * Data and work sizes cannot have sub-unit prefixes: "1 mB" is refused (a millibyte is
+#   never meant; write "1 MB"), as are mFLOP and mbit.
+# * Counts (GPUs, elements, layers) are ints, never bools or floats: require_count.
+# * Fractions are real numbers in [0, 1]: require_fraction.
+
+#: base units in which a plain number is accepted (a count of FLOPs, of bytes, or their ratio)
+BARE_UNITS = ("FLOP", "byte", "FLOP/byte")
+
+_SUBUNIT_PREFIXES = ("yocto", "zepto", "atto", "femto", "pico", "nano", "micro", "milli", "centi")
+_COUNTED = ("byte", "bit", "FLOP", "MAC", "element")
+
+
+def _check_no_subunit(q: pint.Quantity, name: str) -> None:
+    for unit in q._units:  # unit names, e.g. "millibyte"
+        for prefix in _SUBUNIT_PREFIXES:
+            if unit.startswith(prefix) and unit[len(prefix):] in _COUNTED:
+                raise DimensionError(
+                    f"{name}: {unit} is a fraction of a {unit[len(prefix):]}, which is never meant; "
+                    f"use a capital prefix for millions (MB, MFLOP) or kB/KiB for thousands"
+                )
+
+
+def require_finite(value: Any, name: str = "value") -> Any:
+    """Return ``value`` (a real number or a quantity) if its magnitude is finite, else raise ``ValueError``.
+
+    Booleans and non-numbers raise ``TypeError``.
+    """
+    mag = value.magnitude if isinstance(value, pint.Quantity) else value
+    if isinstance(mag, bool) or not isinstance(mag, Real):
+        raise TypeError(f"{name} must be a real number, got {type(mag).__name__} {mag!r}")
+    if not math.isfinite(mag):
+        raise ValueError(f"{name} must be a finite number, got {mag!r}")
+    return value
+
+
 def as_quantity(value: Any, expected: str, name: str = "value") -> pint.Quantity:
-    """Return ``value`` as a quantity of this registry with the dimension of ``expected``.
+    """Return ``value`` as a finite quantity of this registry with the dimension of ``expected``.
 
     ``expected`` is a unit expression such as ``"byte/s"``; ``value`` may be a quantity of
     any compatible unit or a string such as ``"3.35 TB/s"``. Plain numbers are refused
-    (a bandwidth of ``3.35`` is ambiguous). Raises :class:`DimensionError` otherwise.
+    (a bandwidth of ``3.35`` is ambiguous; see :func:`as_amount` for counts), as are infinite
+    or NaN magnitudes and sub-unit prefixes on data or work ("1 mB"). Raises
+    :class:`DimensionError` for a wrong dimension or an unparseable string, ``ValueError`` for
+    a non-finite magnitude.
     """
     if isinstance(value, str):
         try:
@@ -111,29 +164,65 @@ def as_quantity(value: Any, expected: str, name: str = "value") -> pint.Quantity
             f"{name} must have the dimension of {expected} ({target.dimensionality}), "
             f"got {value:~P} ({value.dimensionality})"
         )
+    _check_no_subunit(value, name)
+    require_finite(value, name)
     return value
 
 
+def as_amount(value: Any, expected: str, name: str = "value") -> pint.Quantity:
+    """Like :func:`as_quantity`, but a plain int or float is read in ``expected`` when that is one
+    of :data:`BARE_UNITS` (FLOP, byte, FLOP/byte): ``as_amount(1e9, "byte")`` is 1 GB.
+
+    For any other unit a plain number is refused, as by :func:`as_quantity`.
+    """
+    if expected in BARE_UNITS and isinstance(value, Real) and not isinstance(value, bool):
+        require_finite(value, name)
+        value = ureg.Quantity(float(value), expected)
+    return as_quantity(value, expected, name)
+
+
+def positive(value: Any, expected: str, name: str = "value", allow_zero: bool = False) -> pint.Quantity:
+    """:func:`as_amount` followed by :func:`require_positive`: the one call most models need.
+
+    Returns a finite quantity with the dimension of ``expected`` that is > 0 (or >= 0 with
+    ``allow_zero``).
+    """
+    return require_positive(as_amount(value, expected, name), name, allow_zero=allow_zero)
+
+
 def require_positive(value: Any, name: str, allow_zero: bool = False) -> Any:
-    """Raise ``ValueError`` unless ``value`` (a number or quantity) is positive (or zero if allowed)."""
+    """Raise unless ``value`` (a number or quantity) is finite and positive (or zero if allowed).
+
+    ``TypeError`` for non-numbers and booleans, ``ValueError`` for NaN, infinities, negatives
+    and (unless ``allow_zero``) zero.
+    """
+    require_finite(value, name)
     mag = value.magnitude if isinstance(value, pint.Quantity) else value
-    if isinstance(mag, bool) or not isinstance(mag, Real):
-        raise TypeError(f"{name} must be a number, got {type(mag).__name__} {mag!r}")
-    if mag != mag:  # NaN
-        raise ValueError(f"{name} must be a number, got NaN")
     if mag < 0 or (mag == 0 and not allow_zero):
         need = "non-negative" if allow_zero else "positive"
         raise ValueError(f"{name} must be {need}, got {value}")
     return value
 
 
-def require_count(value: Any, name: str) -> int:
-    """Return ``value`` if it is a positive ``int`` (a count or a size in elements), else raise.
+def require_count(value: Any, name: str, minimum: int = 1) -> int:
+    """Return ``value`` if it is an ``int`` >= ``minimum`` (a count: elements, GPUs, layers), else raise.
 
-    Booleans and floats are refused with ``TypeError``, zero and negatives with ``ValueError``.
+    Booleans and floats are refused with ``TypeError`` (``2.0`` GPUs is a bug upstream),
+    values below ``minimum`` with ``ValueError``.
     """
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be a positive integer (a count of elements), got {value!r}")
-    if value <= 0:
-        raise ValueError(f"{name} must be a positive integer (a count of elements), got {value}")
-    return value
+    what = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+    if isinstance(value, bool) or not isinstance(value, Integral):
+        raise TypeError(f"{name} must be {what} (a count), got {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be {what} (a count), got {value}")
+    return int(value)
+
+
+def require_fraction(value: Any, name: str) -> float:
+    """Return ``value`` as a float if it is a real number in [0, 1], else raise ``ValueError``/``TypeError``."""
+    require_finite(value, name)
+    if isinstance(value, pint.Quantity):
+        value = value.to("").magnitude
+    if not 0 <= value <= 1:
+        raise ValueError(f"{name} must be a fraction in [0, 1], got {value!r}")
+    return float(value)

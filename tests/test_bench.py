@@ -171,8 +171,8 @@ def test_microbenchmarks_on_cpu_and_skips():
 
 
 def test_output_path(tmp_path):
-    assert run.output_path(str(tmp_path) + "/", "dev") == tmp_path / "dev.json"
-    assert run.output_path(str(tmp_path), "dev") == tmp_path / "dev.json"  # an existing directory
+    assert run.output_path(str(tmp_path) + "/", "dev") == tmp_path / "dev" / "roofs.json"
+    assert run.output_path(str(tmp_path), "dev") == tmp_path / "dev" / "roofs.json"  # an existing directory
     assert run.output_path(str(tmp_path / "x.json"), "dev") == tmp_path / "x.json"
     assert run.output_path(None, "dev") == ms.path_for("dev")
     with pytest.raises(ValueError, match=".json"):

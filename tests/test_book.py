@@ -26,8 +26,15 @@ CHAPTERS = sorted((ROOT / "chapters").glob("*.md"))
 def _toc_files() -> list[str]:
     toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
     files = [toc["root"]]
+
+    def walk(entries: list[dict]) -> None:
+        for entry in entries:
+            if "file" in entry:
+                files.append(entry["file"])
+            walk(entry.get("sections", []))
+
     for part in toc.get("parts", []):
-        files += [c["file"] for c in part.get("chapters", [])]
+        walk(part.get("chapters", []))
     return files
 
 
@@ -106,3 +113,30 @@ def test_figure_lint_catches_typed_numbers():
 
 def test_tooling_present():
     assert shutil.which("jupyter-book", path=str(ROOT / ".venv" / "bin")) or shutil.which("jupyter-book")
+
+
+def _notebook_pages() -> list[Path]:
+    return [ROOT / f"{e}.ipynb" for e in _toc_files() if (ROOT / f"{e}.ipynb").exists()]
+
+
+@pytest.mark.parametrize("path", _notebook_pages(), ids=lambda p: p.stem)
+def test_no_book_page_shows_a_traceback(path):
+    """The book renders a lab page as stored (labs are excluded from execution): no error output may be stored."""
+    nb = nbformat.read(path, as_version=4)
+    bad = []
+    for i, cell in enumerate(nb.cells):
+        for out in cell.get("outputs", []):
+            text = out.get("text", "") if out.get("output_type") == "stream" else ""
+            if out.get("output_type") == "error" or "Traceback (most recent call last)" in text:
+                bad.append(f"cell {i}: {out.get('ename') or text[:80]}")
+    assert not bad, f"{path.relative_to(ROOT)} shows errors in the book: {bad}"
+
+
+def test_lab_pages_are_not_executed_by_the_book():
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())
+    from pathlib import PurePosixPath
+
+    patterns = config["execute"]["exclude_patterns"]
+    for page in _notebook_pages():  # myst-nb matches the patterns with PurePosixPath.match
+        rel = PurePosixPath(page.relative_to(ROOT).as_posix())
+        assert any(rel.match(p) for p in patterns), f"{rel} would be executed: a blank student lab shows tracebacks"

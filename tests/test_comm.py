@@ -99,7 +99,7 @@ def test_scaling_efficiency_by_hand():
 
 
 def test_errors():
-    with pytest.raises(ValueError, match="world_size must be an integer number of GPUs >= 1"):
+    with pytest.raises(ValueError, match="world_size must be a positive integer"):
         comm.allreduce_bytes_per_gpu(1000, 0)
     with pytest.raises(TypeError, match="world_size"):
         comm.allreduce_bytes_per_gpu(1000, 2.0)
@@ -117,3 +117,59 @@ def test_errors():
         comm.sync_overhead(Q_(1, "s"), Q_(1, "s"), overlap=1.5)
     with pytest.raises(ValueError, match="non-negative"):
         comm.allreduce_time(1000, 4, "1 GB/s", latency=Q_(-1, "us"))
+
+
+# ---- hierarchical all-reduce, all-to-all and the tree/ring crossover (issue 19), worked by hand
+
+
+def test_hierarchical_allreduce_by_hand():
+    # 4 nodes x 8 GPUs, 1 GB, NVLink 450 GB/s, InfiniBand 50 GB/s per GPU per direction, no latency:
+    # intra 2 * 7/8 * 1e9 / 450e9 = 3.8889 ms; inter 2 * 3/4 * (1e9 / 8) / 50e9 = 3.75 ms
+    t = comm.hierarchical_allreduce_time(Q_(1, "GB"), 4, 8, Q_(450, "GB/s"), Q_(50, "GB/s"))
+    assert t.to("ms").m == pytest.approx(1.75 / 450 * 1e3 + 3.75)
+    # latencies 2 us (NVLink) and 10 us (IB): + 2*7*2 + 2*3*10 = 88 us
+    t2 = comm.hierarchical_allreduce_time(Q_(1, "GB"), 4, 8, "450 GB/s", "50 GB/s", Q_(2, "us"), Q_(10, "us"))
+    assert (t2 - t).to("us").m == pytest.approx(88)
+    # a flat ring over all 32 GPUs runs at the slowest link: 2 * 31/32 * 1e9 / 50e9 = 38.75 ms
+    flat = comm.allreduce_time(Q_(1, "GB"), 32, Q_(50, "GB/s"))
+    assert flat.to("ms").m == pytest.approx(38.75)
+    assert t < flat
+    # one node: only the NVLink ring remains, equal to the flat ring over 8 GPUs
+    one = comm.hierarchical_allreduce_time(Q_(1, "GB"), 1, 8, Q_(450, "GB/s"), Q_(50, "GB/s"))
+    assert one.to("s").m == pytest.approx(comm.allreduce_time(Q_(1, "GB"), 8, Q_(450, "GB/s")).to("s").m)
+
+
+def test_alltoall_by_hand():
+    # 8 GPUs, 1 GB each, 450 GB/s: 7/8 * 1e9 / 450e9 = 1.9444 ms, + 7 * 5 us
+    assert comm.alltoall_bytes_per_gpu(Q_(1, "GB"), 8).to("GB").m == pytest.approx(0.875)
+    assert comm.alltoall_time(Q_(1, "GB"), 8, Q_(450, "GB/s")).to("ms").m == pytest.approx(0.875 / 450 * 1e3)
+    assert comm.alltoall_time(Q_(1, "GB"), 8, Q_(450, "GB/s"), Q_(5, "us")).to("ms").m == pytest.approx(
+        0.875 / 450 * 1e3 + 0.035)
+    # 2 nodes x 8: same-node 7/16 GB at 450 GB/s (0.97 ms), other node 8/16 GB at 50 GB/s (10 ms): 10 ms
+    t = comm.alltoall_time(Q_(1, "GB"), 16, Q_(450, "GB/s"), gpus_per_node=8, inter_bandwidth=Q_(50, "GB/s"))
+    assert t.to("ms").m == pytest.approx(10)
+    with pytest.raises(ValueError, match="multiple"):
+        comm.alltoall_time(Q_(1, "GB"), 12, Q_(450, "GB/s"), gpus_per_node=8, inter_bandwidth=Q_(50, "GB/s"))
+    with pytest.raises(ValueError, match="both"):
+        comm.alltoall_time(Q_(1, "GB"), 16, Q_(450, "GB/s"), gpus_per_node=8)
+
+
+def test_tree_ring_crossover_by_hand():
+    # 64 GPUs, 450 GB/s, 5 us: 64 * 450e9 * 5e-6 * (63 - 6) = 8.208 GB (the issue's 8.2 GB)
+    n = comm.tree_ring_crossover(64, Q_(450, "GB/s"), Q_(5, "us"))
+    assert n.to("GB").m == pytest.approx(8.208)
+    ring = comm.allreduce_time(n, 64, Q_(450, "GB/s"), Q_(5, "us"), "ring")
+    tree = comm.allreduce_time(n, 64, Q_(450, "GB/s"), Q_(5, "us"), "tree")
+    assert ring.to("s").m == pytest.approx(tree.to("s").m)
+    assert comm.allreduce_time(2 * n, 64, "450 GB/s", "5 us", "ring") < comm.allreduce_time(2 * n, 64, "450 GB/s", "5 us", "tree")
+    assert comm.tree_ring_crossover(2, Q_(450, "GB/s"), Q_(5, "us")).m == 0
+    assert comm.tree_ring_crossover(3, Q_(450, "GB/s"), Q_(5, "us")).m == 0
+
+
+def test_link_bandwidth_is_public_and_per_direction():
+    assert comm.link_bandwidth("H100").to("GB/s").m == pytest.approx(450)
+    assert comm.link_bandwidth("450 GB/s").to("GB/s").m == 450
+    with pytest.raises(DimensionError):
+        comm.link_bandwidth(450)
+    with pytest.raises(ValueError, match="finite"):
+        comm.link_bandwidth("inf GB/s")

@@ -20,13 +20,29 @@ DATASHEET = {
     "H100-PCIe": (2000, {"fp64": 51, "fp32": 51, "tf32": 756 / 2, "bf16": 1513 / 2, "fp16": 1513 / 2, "fp8": 3026 / 2, "int8": 3026 / 2}),
     "H200-SXM": (4800, {"fp64": 67, "fp32": 67, "tf32": 989 / 2, "bf16": 1979 / 2, "fp16": 1979 / 2, "fp8": 3958 / 2, "int8": 3958 / 2}),
     # HGX B200: 8-GPU totals with sparsity, / 8 GPUs, / 2 for dense
-    "B200": (8000, {"fp64": 296 / 8, "tf32": 18000 / 8 / 2, "bf16": 36000 / 8 / 2, "fp16": 36000 / 8 / 2,
+    # bandwidth: HGX B200 62 TB/s over 8 GPUs, 7.7 TB/s each; fp32 80 TFLOPS (Blackwell technical brief)
+    "B200": (7700, {"fp64": 296 / 8, "fp32": 80, "tf32": 18000 / 8 / 2, "bf16": 36000 / 8 / 2, "fp16": 36000 / 8 / 2,
                     "fp8": 72000 / 8 / 2, "int8": 72000 / 8 / 2, "fp4": 144000 / 8 / 2}),
     "L4": (300, {"fp32": 30.3, "tf32": 120 / 2, "bf16": 242 / 2, "fp16": 242 / 2, "fp8": 485 / 2, "int8": 485 / 2}),
     "T4": (320, {"fp32": 8.1, "fp16": 65, "int8": 130}),
     "MI300X": (5300, {"fp64": 163.4, "fp32": 163.4, "tf32": 653.7, "bf16": 1307.4, "fp16": 1307.4, "fp8": 2614.9, "int8": 2614.9}),
     "TPUv4": (1200, {"bf16": 275, "int8": 275}),
     "TPUv5e": (819, {"bf16": 197, "int8": 394}),
+    # HGX B300 (8-GPU totals, / 8): FP4 105 PF dense, FP8 72 PF sparse, BF16 36 PF sparse, TF32 18 PF sparse,
+    # FP32 600 TF, FP64 10 TF
+    "B300": (8000, {"fp64": 10 / 8, "fp32": 600 / 8, "tf32": 18000 / 8 / 2, "bf16": 36000 / 8 / 2, "fp16": 36000 / 8 / 2,
+                    "fp8": 72000 / 8 / 2, "fp4": 105000 / 8}),
+    # GB200 superchip = 2 GPUs, figures with sparsity: TF32 5 PF, FP16 10 PF, FP8 20 PF, INT8 20 POPS, FP4 40 PF; FP64 90 TF
+    "GB200": (16000 / 2, {"fp64": 90 / 2, "fp32": 90, "tf32": 5000 / 2 / 2, "bf16": 10000 / 2 / 2, "fp16": 10000 / 2 / 2,
+                          "fp8": 20000 / 2 / 2, "int8": 20000 / 2 / 2, "fp4": 40000 / 2 / 2}),
+    "MI325X": (6000, {"fp64": 163.4, "fp32": 163.4, "tf32": 653.7, "bf16": 1307.4, "fp16": 1307.4, "fp8": 2614.9, "int8": 2614.9}),
+    "Gaudi3": (3670, {"bf16": 1835, "fp8": 1835}),
+    "Trainium2": (2900, {"fp32": 181, "tf32": 667, "bf16": 667, "fp16": 667, "fp8": 1299}),
+    "TPUv5p": (2765, {"bf16": 459, "int8": 918}),
+    "TPUv6e": (1638, {"bf16": 918, "int8": 1836}),
+    "L40S": (864, {"fp32": 91.6, "tf32": 366 / 2, "bf16": 733 / 2, "fp16": 733 / 2, "fp8": 1466 / 2, "int8": 1466 / 2}),
+    "Jetson-AGX-Orin-64GB": (204.8, {"fp32": 5.3, "int8": 170 / 2}),
+    "Apple-M1-Max": (400, {"fp32": 10.4}),
 }
 
 # Ridge points worked out by hand: peak (TFLOP/s) * 1e12 / (bandwidth (GB/s) * 1e9), to 4 significant figures.
@@ -40,7 +56,11 @@ RIDGE_BY_HAND = {
     ("T4", "fp16"): 203.1,         # 65e12 / 0.32e12
     ("L4", "fp8"): 808.3,          # 242.5e12 / 0.3e12
     ("H200-SXM", "bf16"): 206.1,   # 989.5e12 / 4.8e12
-    ("B200", "fp4"): 1125,         # 9000e12 / 8e12
+    ("B200", "fp4"): 1168.8,       # 9000e12 / 7.7e12
+    ("Gaudi3", "bf16"): 500.0,     # 1835e12 / 3.67e12
+    ("TPUv6e", "bf16"): 560.4,     # 918e12 / 1.638e12
+    ("Jetson-AGX-Orin-64GB", "fp32"): 25.88,  # 5.3e12 / 0.2048e12
+    ("Apple-M1-Max", "fp32"): 26.0,  # 10.4e12 / 0.4e12
     ("MI300X", "bf16"): 246.7,     # 1307.4e12 / 5.3e12
     ("TPUv4", "bf16"): 229.2,      # 275e12 / 1.2e12
     ("TPUv5e", "int8"): 481.1,     # 394e12 / 0.819e12
@@ -49,8 +69,13 @@ RIDGE_BY_HAND = {
 
 def test_design_lists_every_required_accelerator():
     required = {"V100-SXM2", "A100-SXM4-40GB", "A100-SXM4-80GB", "H100-SXM", "H100-PCIe", "H200-SXM",
-                "B200", "L4", "T4", "MI300X", "TPUv4", "TPUv5e"}
+                "B200", "L4", "T4", "MI300X", "TPUv4", "TPUv5e",
+                # issue 15's list for the "choosing hardware" chapter: Blackwell's successors, AMD, Intel, AWS,
+                # Google, an inference card and two edge/mobile parts
+                "B300", "GB200", "MI325X", "Gaudi3", "Trainium2", "TPUv5p", "TPUv6e", "L40S",
+                "Jetson-AGX-Orin-64GB", "Apple-M1-Max"}
     assert required <= set(hardware.names())
+    assert len(hardware.names()) >= 20
     assert set(DATASHEET) == set(hardware.names()), "every chip in the data file is checked against its datasheet here"
 
 
@@ -139,7 +164,7 @@ vendor = "V"
 architecture = "A"
 year = 2024
 memory_bandwidth = {{ value = 1, unit = "{bw_unit}", source = "s" }}
-memory_capacity = {{ value = 1, unit = "GB", source = "s" }}
+memory_capacity = {{ value = 1, unit = "{mem_unit}", source = "s" }}
 [accelerator.peak_flops]
 bf16 = {{ value = {peak}, unit = "TFLOP/s", source = "{src}" }}
 [accelerator.sources.s]
@@ -154,18 +179,123 @@ date = "2024-01"
     [
         ({"bw_unit": "TFLOP/s", "peak": 1, "src": "s"}, "does not convert to byte/s"),
         ({"bw_unit": "TB/s", "peak": -1, "src": "s"}, "positive number"),
+        ({"bw_unit": "TB/s", "peak": "inf", "src": "s"}, "finite positive number"),
+        ({"bw_unit": "TB/s", "peak": "nan", "src": "s"}, "finite positive number"),
         ({"bw_unit": "TB/s", "peak": 1, "src": "nope"}, "source 'nope'"),
+        ({"bw_unit": "TB/s", "peak": 1, "src": "s", "mem_unit": "GB"}, "unit 'GB' is decimal"),
+        ({"bw_unit": "TB/s", "peak": 1, "src": "s", "mem_unit": "MB"}, "binary"),
     ],
 )
 def test_data_file_is_validated(tmp_path, fields, message):
     path = tmp_path / "bad.toml"
-    path.write_text(BASE.format(**fields))
+    path.write_text(BASE.format(**{"mem_unit": "GiB", **fields}))
     with pytest.raises(SpecError, match=message):
         load(path)
 
 
 def test_valid_custom_data_file_loads(tmp_path):
     path = tmp_path / "ok.toml"
-    path.write_text(BASE.format(bw_unit="TB/s", peak=100, src="s"))
+    path.write_text(BASE.format(bw_unit="TB/s", peak=100, src="s", mem_unit="GiB"))
     acc = load(path)["X1"]
     assert acc.ridge_point("bf16").m == pytest.approx(100)  # 100e12 FLOP/s / 1e12 byte/s
+
+
+def test_duplicate_name_is_refused(tmp_path):
+    path = tmp_path / "dup.toml"
+    one = BASE.format(bw_unit="TB/s", peak=1, src="s", mem_unit="GiB")
+    path.write_text(one + one)
+    with pytest.raises(SpecError, match="'X1' appears twice"):
+        load(path)
+
+
+INTERCONNECT = BASE + """
+"""
+
+
+@pytest.mark.parametrize(
+    ("line", "expected_gbs", "message"),
+    [
+        ('{{ value = 900, unit = "GB/s", direction = "bidirectional", source = "s" }}', 450, None),
+        ('{{ value = 450, unit = "GB/s", direction = "per_direction", source = "s" }}', 450, None),
+        ('{{ value = 900, unit = "GB/s", source = "s" }}', None, "direction must be one of"),
+        ('{{ value = 900, unit = "GB/s", direction = "both", source = "s" }}', None, "direction must be one of"),
+    ],
+)
+def test_interconnect_direction_is_explicit(tmp_path, line, expected_gbs, message):
+    text = BASE.format(bw_unit="TB/s", peak=1, src="s", mem_unit="GiB")
+    text = text.replace("[accelerator.peak_flops]", "interconnect_bandwidth = " + line.replace("{{", "{").replace("}}", "}")
+                        + "\n[accelerator.peak_flops]")
+    path = tmp_path / "ic.toml"
+    path.write_text(text)
+    if message:
+        with pytest.raises(SpecError, match=message):
+            load(path)
+    else:
+        assert load(path)["X1"].interconnect_bandwidth.to("GB/s").m == pytest.approx(expected_gbs)
+
+
+def test_direction_only_on_interconnect(tmp_path):
+    text = BASE.format(bw_unit="TB/s", peak=1, src="s", mem_unit="GiB").replace(
+        'unit = "TB/s", source = "s"', 'unit = "TB/s", direction = "bidirectional", source = "s"')
+    path = tmp_path / "d.toml"
+    path.write_text(text)
+    with pytest.raises(SpecError, match="only interconnect_bandwidth"):
+        load(path)
+
+
+def test_missing_data_file_is_a_spec_error(tmp_path):
+    with pytest.raises(SpecError, match="does not exist"):
+        load(tmp_path / "nope.toml")
+
+
+def test_memory_and_cache_sizes_are_binary_everywhere():
+    # One convention across all chips: every size is a whole number of KiB (the H100's 50 MiB L2
+    # would be 50,000,000 B, not a multiple of 1024, if it were stored as decimal MB).
+    for acc in hardware.all_accelerators():
+        for figure in hardware.BINARY_FIGURES:
+            q = getattr(acc, figure)
+            if q is not None:
+                assert format(q.units, "~") in ("B", "KiB", "MiB", "GiB", "TiB"), (acc.name, figure, q)
+                assert q.to("byte").m % 1024 == 0, (acc.name, figure)
+
+
+# Vendor figures, typed in from the documents: sizes as printed (decimal wording) and as stored (binary).
+def test_h100_sizes_are_binary_with_the_datasheet_wording_kept():
+    h100 = hardware.get("H100")
+    assert h100.l2_cache.to("byte").m == 50 * 2**20  # 52,428,800 B, the device's own L2 size
+    assert h100.memory_capacity.to("byte").m == 80 * 2**30
+    assert "80 GB" in h100.notes["memory_capacity"]
+    assert "50 MB" in h100.notes["l2_cache"]
+    assert hardware.get("A100").l2_cache.to("byte").m == 40 * 2**20
+
+
+def _device_reading(slug):
+    """The device block recorded by mlsys.bench for ``slug`` (flat or per-device folder layout)."""
+    import json
+
+    from mlsys.bench import records
+
+    for path in (records.data_dir() / slug / "roofs.json", records.data_dir() / f"{slug}.json"):
+        if path.exists():
+            return json.loads(path.read_text(encoding="utf-8"))["device"]
+    pytest.skip(f"no recorded device reading for {slug}")
+
+
+@pytest.mark.parametrize(("slug", "name"), [("nvidia-h100-80gb-hbm3", "H100-SXM"), ("nvidia-h200", "H200-SXM")])
+def test_recorded_device_readings_agree_with_the_data_file(slug, name):
+    """torch.cuda.get_device_properties, recorded with provenance, against the binary figures.
+
+    ``total_memory`` is the memory the driver lets CUDA use: the HBM stacks hold 80 GiB (H100) /
+    141 GiB usable of 144 GiB (H200), and ECC bookkeeping and the driver's reserve take about 1%,
+    so the reading must lie between 98.5% and 100% of the stored figure. Had the file kept the
+    decimal "80 GB" (74.5 GiB), the reading would exceed it by 6%: it is checked below as well.
+    """
+    dev = _device_reading(slug)
+    acc = hardware.get(name)
+    memory = dev["memory"]["value"]
+    stored = acc.memory_capacity.to("byte").m
+    assert 0.985 * stored <= memory <= stored, (memory / 2**30, stored / 2**30)
+    decimal = float(acc.notes["memory_capacity"].split("datasheet: ")[1].split(" GB")[0]) * 1e9
+    assert memory > decimal * 1.04  # the decimal reading of the datasheet is wrong by more than 4%
+    if acc.l2_cache is not None:
+        assert dev["l2_cache"]["value"] == acc.l2_cache.to("byte").m  # exact: 50 MiB on the H100

@@ -105,9 +105,36 @@ def test_reversed_classification_is_caught():
 
 @pytest.mark.slow
 def test_measured_part_runs_on_a_cpu_and_catches_a_milliseconds_slip():
-    ns = run("perf_add_bandwidth", skip=("plot",))
+    ns = run("test_points", skip=("plot",))
     assert {p.label for p in ns["points"]} == {"add", "sum", "layernorm", "softmax", "matmul"}
-    slip = _cells()["time_ops"].replace('Q_(t.median, "s")', 'Q_(t.median * 1e-3, "s")')
-    assert slip != _cells()["time_ops"]
+    assert ns["dtype"] == "fp32"  # on a CPU
+    # seconds read as ms: 1000 times too fast, above the roof
+    fast = _cells()["time_ops"].replace('Q_(t.median, "s")', 'Q_(t.median * 1e-3, "s")')
+    assert fast != _cells()["time_ops"]
     with pytest.raises(GradingError, match="far above your roof"):
-        run("test_points", {"time_ops": slip}, skip=("plot",))
+        run("test_points", {"time_ops": fast}, skip=("plot",))
+    # ms read as seconds: 1000 times too slow, below the roof, where only a fresh timing can tell
+    slow = _cells()["time_ops"].replace('Q_(t.median, "s")', 'Q_(t.median * 1e3, "s")')
+    with pytest.raises(GradingError, match="ms used as seconds"):
+        run("test_points", {"time_ops": slow}, skip=("plot",))
+
+
+def test_no_performance_tier_grades_pytorch_instead_of_the_learner():
+    # issue 18 item 17: the only timed code in lab 1 is PyTorch's, so the lab has no perf_ cell
+    assert not [gid for gid in _cells() if gid.startswith("perf_")]
+
+
+def test_the_gpu_dtype_is_one_the_gpu_supports():
+    src = _cells()["measure"]
+    assert "torch.cuda.is_bf16_supported()" in src and '"fp16"' in src
+
+
+def test_macs_cost_only_the_matmul_counts_exercise():
+    # the graded cells after test_matmul_counts import what they use, so they still pass
+    body = "    return Q_(m * n * k, 'FLOP'), ((m * k + k * n + m * n) * itemsize(dtype)).to('byte')\n"
+    with pytest.raises(GradingError, match="count FLOPs, not MACs"):
+        run("test_matmul_counts", {"counts": counts_with(matmul_counts=body)}, skip=("check_counts",))
+    ns = run("classify", {"counts": counts_with(matmul_counts=body)}, skip=("check_counts", "test_matmul_counts"))
+    for gid in ("test_add_sum_counts", "test_norm_softmax_counts", "test_classify"):
+        src = _cells()[gid]
+        exec(compile(src, f"<lab1 cell {gid}>", "exec"), ns)

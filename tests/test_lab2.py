@@ -1,25 +1,20 @@
-"""Lab 2 (tiled matmul): the notebook's structure, its reference kernels and its GPU script, on a CPU.
+"""Lab 2 (tiled matmul): the notebook's structure, its reference kernels and its checks, on a CPU.
 
-The kernels are the instructor notebook's own cells tagged ``lab2-kernel``, loaded by
-``scripts/gpu/lab2_bench.py`` exactly as it does on the GPU, and run under the Triton interpreter.
-Expected values are worked out by hand in the comments, or come from ``torch.matmul`` in fp64 (an
-independent implementation).
+The kernels are the instructor notebook's own cells (the setup cell, the warm-up and the cells tagged
+``lab2-kernel``), executed with :mod:`mlsys.course.nbexec` exactly as the GPU experiment loads them,
+and run under the Triton interpreter. Expected values are worked out by hand in the comments, or come
+from ``torch.matmul`` in fp64 (an independent implementation).
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import io
 import json
 import linecache
-import os
 import re
-import subprocess
-import sys
-import tempfile
+import types
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -30,25 +25,14 @@ mlsys.course.device.setup()  # TRITON_INTERPRET=1 without CUDA, before triton is
 torch = pytest.importorskip("torch")
 triton = pytest.importorskip("triton")
 
-from mlsys.course import grading  # noqa: E402
+from mlsys.course import checks, grading, nbexec  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOK = REPO / "labs" / "source" / "lab2_tiled_matmul" / "lab2_tiled_matmul.ipynb"
-BENCH = REPO / "scripts" / "gpu" / "lab2_bench.py"
 DEVICE = mlsys.course.device.default_device()
-
-
-def _load_bench():
-    spec = importlib.util.spec_from_file_location("lab2_bench", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["lab2_bench"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = _load_bench()
-_KERNEL_DIR = tempfile.TemporaryDirectory(prefix="lab2-kernels-")
-lab = bench.load_kernels(DEVICE, Path(_KERNEL_DIR.name))
+KERNEL_CELLS = [c.grade_id for c in nbexec.code_cells(NOTEBOOK) if "lab2-kernel" in c.tags]
+lab = types.ModuleType("lab2_kernels")  # the cells' globals: monkeypatching an attribute reaches the kernels
+nbexec.exec_cells(NOTEBOOK, ["setup", "add_kernel", *KERNEL_CELLS], lab.__dict__)
 KERNELS = {"naive": lab.naive_matmul, "tiled": lab.tiled_matmul, "grouped": lab.matmul, "tma": lab.matmul_tma}
 
 
@@ -78,6 +62,7 @@ TOL = {torch.float16: dict(rtol=1e-2, atol=2e-2), torch.float32: dict(rtol=1e-4,
 def test_nbgrader_metadata_is_schema_3_with_unique_grade_ids():
     ids = []
     points = {}
+    manual = {}
     for cell in _cells():
         meta = cell.get("metadata", {}).get("nbgrader")
         assert meta is not None, f"cell without nbgrader metadata: {_source(cell)[:60]!r}"
@@ -86,7 +71,11 @@ def test_nbgrader_metadata_is_schema_3_with_unique_grade_ids():
         src = _source(cell)
         if meta["solution"]:
             assert src.count("### BEGIN SOLUTION") == src.count("### END SOLUTION") >= 1, meta["grade_id"]
-            assert not meta["grade"] and not meta["locked"]
+            assert not meta["locked"]
+            if meta["grade"]:  # a written answer, graded by hand
+                assert cell["cell_type"] == "markdown" and meta["points"] > 0, meta["grade_id"]
+                manual[meta["grade_id"]] = meta["points"]
+                continue
         else:
             assert "### BEGIN SOLUTION" not in src and meta["locked"], meta["grade_id"]
         if meta["grade"]:
@@ -97,8 +86,21 @@ def test_nbgrader_metadata_is_schema_3_with_unique_grade_ids():
         if "### BEGIN HIDDEN TESTS" in src:
             assert meta["grade"] and "### END HIDDEN TESTS" in src, meta["grade_id"]
     assert len(ids) == len(set(ids)), "grade ids must be unique"
-    # 2 + 3 + 4 + 3 correctness points, 4 performance points
-    assert points == {"test_tile_report": 2, "test_naive": 3, "test_tiled": 4, "test_matmul": 3, "perf_matmul": 4}
+    # 2 + 2 + 3 + 4 + 3 correctness points, 4 performance points, 2 points of written answer
+    assert points == {"test_add": 2, "test_tile_report": 2, "test_naive": 3, "test_tiled": 4, "test_matmul": 3,
+                      "perf_matmul": 4}
+    assert manual == {"explain_roofline_gap": 2}
+
+
+def test_the_first_kernel_a_learner_writes_is_one_dimensional():
+    order = [c.grade_id for c in nbexec.code_cells(NOTEBOOK)]
+    assert order.index("add_kernel") < order.index("naive_kernel") < order.index("tiled_kernel")
+    # hand values: [1, 2, 3] + [10, 20, 30] = [11, 22, 33]; 4097 elements need 5 programs of 1024
+    x = torch.tensor([1.0, 2.0, 3.0], device=DEVICE)
+    grading.assert_close(lab.add(x, x * 10), torch.tensor([11.0, 22.0, 33.0], device=DEVICE), rtol=0, atol=0)
+    y = torch.arange(4097, dtype=torch.float32, device=DEVICE)
+    checks.check_kernel(lab.add, (y, y), 2 * y, names=("x", "y"), output_names=("out",), rtol=0, atol=0,
+                        max_reads={"x": 1, "y": 1})
 
 
 def test_setup_cell_picks_the_device_before_importing_triton():
@@ -107,10 +109,9 @@ def test_setup_cell_picks_the_device_before_importing_triton():
     assert src.index("mlsys.course.device.setup()") < src.index("import triton")
 
 
-def test_kernel_cells_are_the_solution_cells_the_script_loads():
-    tagged = [gid for gid, _ in bench.kernel_sources(NOTEBOOK)]
-    assert tagged == ["operands", "naive_kernel", "tiled_kernel", "grouped_kernel", "tma_kernel"]
-    for gid in tagged[1:4]:  # the exercises; tma_kernel is the ungraded "going further" reference
+def test_kernel_cells_are_tagged_for_the_gpu_experiment():
+    assert KERNEL_CELLS == ["operands", "naive_kernel", "tiled_kernel", "grouped_kernel", "tma_kernel"]
+    for gid in KERNEL_CELLS[1:4]:  # the exercises; tma_kernel is the ungraded "going further" reference
         assert _cell(gid)["metadata"]["nbgrader"]["solution"]
     assert not _cell("tma_kernel")["metadata"]["nbgrader"]["solution"]
 
@@ -121,13 +122,6 @@ def test_perf_cell_uses_the_performance_tier_and_checks_after_timing():
     assert src.strip().splitlines()[-1].startswith("grading.award(4, ")
     # fresh inputs are checked after the timing, inside the measurement
     assert src.index("check_matmul(") > src.index("time_fn(lambda: torch.matmul")
-
-
-def test_bench_loads_the_notebook_kernels_not_a_copy():
-    src = BENCH.read_text(encoding="utf-8")
-    assert "@triton.jit" not in src and "tl.load" not in src and "tl.dot" not in src
-    assert bench.NOTEBOOK.resolve() == NOTEBOOK.resolve()
-    assert Path(lab.__file__).name == "lab2_kernels.py"
 
 
 # ------------------------------------------------------------------------------ the reference kernels
@@ -304,25 +298,25 @@ if __name__ == "__main__":
 '''
 
 
+def _unmasked_matmul():
+    """The unmasked kernel above, defined as a notebook cell would be (source readable by Triton)."""
+    src = _UNMASKED.split('if __name__ == "__main__":')[0]
+    filename = "<lab2-unmasked>"
+    linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
+    scope: dict = {"__name__": "lab2_unmasked"}
+    exec(compile(src, filename, "exec"), scope)
+    return scope["matmul"]
+
+
 @pytest.mark.skipif(DEVICE != "cpu", reason="an out-of-bounds load on a GPU may corrupt the test process's context")
-def test_a_kernel_without_masks_is_caught(tmp_path):
+def test_a_kernel_without_masks_is_caught_and_located():
     # Without masks, the last k-step of a 65 x 127 x 33 product reads 31 columns past each row of A and rows
-    # past the end of B: garbage (or a crash) instead of zeros. It runs in its own process, so that a crash
-    # costs this check only; either way the grader must not pass it.
-    script = tmp_path / "unmasked.py"
-    script.write_text(_UNMASKED, encoding="utf-8")
+    # past the end of B. The check runs it in its own process on guarded copies: the loads outside A are
+    # reported as such, and the process running the tests survives whatever the kernel does.
     a, b = torch.randn(65, 33), torch.randn(33, 127)
-    torch.save((a, b), tmp_path / "inputs.pt")
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(REPO)}
-    proc = subprocess.run([sys.executable, str(script), str(tmp_path / "inputs.pt"), str(tmp_path / "out.pt")],
-                          env=env, capture_output=True, text=True, timeout=300)
-    if proc.returncode != 0:  # it crashed: caught
-        assert not (tmp_path / "out.pt").exists()
-        return
-    out = torch.load(tmp_path / "out.pt")
-    with pytest.raises(grading.GradingError):
-        grading.assert_finite(out)
-        grading.assert_close(out, _expected(a, b).float(), rtol=1e-4, atol=1e-4)
+    with pytest.raises(grading.GradingError, match=r"your kernel read .* of A .*check the load mask"):
+        checks.check_kernel(_unmasked_matmul(), (a, b), _expected(a, b), names=("A", "B"), output_names=("C",),
+                            row_gap=3, rtol=1e-4, atol=1e-4)
 
 
 # ------------------------------------------------------------------------------ the notebook's Part 1 model
@@ -341,45 +335,46 @@ def test_tile_report_solution_against_hand_values():
     assert r["attainable"].to("TFLOP/s").magnitude == pytest.approx(3.35 * 137_438_953_472 / 2_181_038_080, rel=1e-9)
 
 
-# ------------------------------------------------------------------------------ the GPU script and the figures cell
+# ------------------------------------------------------------------------------ the recorded figures
 
 
-@pytest.mark.slow
-def test_bench_script_tiny_run_and_reference_cell(tmp_path, monkeypatch):
-    out = tmp_path / "out"
-    monkeypatch.setenv("OUT", str(out))
-    assert bench.main(["--tiny"]) == 0
-    data = json.loads((out / "lab2_tiny.json").read_text())
-    assert data["all_correct"] and data["device"]["kind"] == "cpu" and data["software"]["triton"]
-    assert data["schema"] == "lab2-tiled-matmul/1" and data["failures"] == []
-    for name, sizes in bench.TINY_SIZES.items():
-        assert sorted(int(s) for s in data["tflops"][name]) == sorted(sizes)
-    head = data["headline"]
-    assert head["size"] == max(bench.TINY_SIZES["grouped+autotuned"])
-    # the ratio is cuBLAS time / kernel time = kernel TFLOP/s / cuBLAS TFLOP/s at the same size
-    assert head["ratio"] == pytest.approx(head["tflops"] / head["cublas_tflops"], rel=1e-9)
-    # the notebook's figures cell quotes the file when it lies in data/measurements[/labs] of a parent folder
-    (tmp_path / "data" / "measurements" / "labs").mkdir(parents=True)
-    (tmp_path / "data" / "measurements" / "labs" / "lab2_h100.json").write_text(json.dumps(data))
-    work = tmp_path / "labs" / "lab2"
-    work.mkdir(parents=True)
-    monkeypatch.chdir(work)
-    scope = {"json": json, "Path": Path, "mlsys": mlsys}
+def _run_reference_cell() -> str:
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
-        exec(_source(_cell("reference_figures")), scope)
-    printed = buf.getvalue()
-    assert data["device"]["name"] in printed and data["date"][:10] in printed
+        exec(_source(_cell("reference_figures")), {})
+    return buf.getvalue()
+
+
+def test_figures_cell_quotes_the_recorded_run(tmp_path, monkeypatch):
+    record = json.loads((REPO / "data" / "measurements" / "lab2_h100.json").read_text())
+    # a recording elsewhere (as in an installed package): the one loader finds it through the data path
+    (tmp_path / "lab2_h100.json").write_text(json.dumps(record))
+    monkeypatch.setenv("MLSYS_MEASUREMENTS_DIR", str(tmp_path))
+    printed = _run_reference_cell()
+    head = record["headline"]
+    assert record["device"]["name"] in printed and record["date"][:10] in printed
     assert f"{100 * head['ratio']:.0f}% of torch.matmul" in printed and "tiled 64x64" in printed
+    assert "re-measure:" in printed
 
 
 def test_figures_cell_copes_without_the_file(tmp_path, monkeypatch):
-    # a copy of the lab outside the repository, with the course package installed elsewhere (as in Colab)
-    monkeypatch.chdir(tmp_path)
-    elsewhere = SimpleNamespace(__file__=str(tmp_path / "site-packages" / "mlsys" / "__init__.py"))
-    scope = {"json": json, "Path": Path, "mlsys": elsewhere}
-    src = _source(_cell("reference_figures"))
-    buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
-        exec(src, scope)
-    assert re.search(r"not recorded yet", buf.getvalue())
+    monkeypatch.setenv("MLSYS_MEASUREMENTS_DIR", str(tmp_path))  # an empty recording directory
+    assert re.search(r"not in this copy of the course", _run_reference_cell())
+
+
+@pytest.mark.slow
+def test_lab2_experiment_quick_run_on_the_cpu():
+    """The experiment that records the lab's H100 figures runs the same kernels (tiny sizes, interpreter)."""
+    from mlsys.bench.experiment import run
+    from mlsys.bench.experiments import lab2_matmul
+
+    record = run("lab2_matmul", quick=True, device="cpu")
+    data = record["results"]
+    assert record["quick"] and record["device"]["kind"] == "cpu" and record["software"]["triton"]
+    assert data["all_correct"] and data["failures"] == []
+    for name, sizes in lab2_matmul.TINY_SIZES.items():
+        assert sorted(int(s) for s in data["throughput"][name]) == sorted(sizes)
+    head = data["headline"]
+    assert head["size"] == max(lab2_matmul.TINY_SIZES["grouped+autotuned"])
+    # the ratio is cuBLAS time / kernel time = kernel throughput / cuBLAS throughput at the same size
+    assert head["ratio"] == pytest.approx(head["throughput"]["value"] / head["cublas_throughput"]["value"], rel=1e-9)

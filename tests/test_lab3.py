@@ -1,18 +1,18 @@
-"""Lab 3 (kernel fusion): the notebook's structure, its reference kernels and its GPU script, on a CPU.
+"""Lab 3 (kernel fusion): the notebook's structure, its reference kernels and its checks, on a CPU.
 
 The kernels are taken from the instructor notebook itself (the cells with the kernels' grade_ids,
-loaded by ``scripts/gpu/lab3_bench.py``) and run under the Triton interpreter. Expected values are
-worked out by hand in the comments, or come from PyTorch's own ops (an independent implementation).
+executed with :mod:`mlsys.course.nbexec`, as the GPU experiment loads them) and run under the Triton
+interpreter. Expected values are worked out by hand in the comments, or come from PyTorch's own ops
+(an independent implementation).
 """
 
 from __future__ import annotations
 
-import importlib.util
+import contextlib
+import io
 import json
 import math
-import os
 import re
-import sys
 from pathlib import Path
 
 import pytest
@@ -24,24 +24,13 @@ mlsys.course.device.setup()  # TRITON_INTERPRET=1 without CUDA, before the kerne
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
-from mlsys.course import grading  # noqa: E402
+from mlsys.course import checks, grading, nbexec  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOK = REPO / "labs" / "source" / "lab3_fusion" / "lab3_fusion.ipynb"
-BENCH = REPO / "scripts" / "gpu" / "lab3_bench.py"
 DEVICE = mlsys.course.device.default_device()
-
-
-def _load_bench():
-    spec = importlib.util.spec_from_file_location("lab3_bench", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["lab3_bench"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = _load_bench()
-ns = bench.load_kernels(NOTEBOOK)
+KERNEL_CELLS = ("fused_elementwise_kernel", "fused_elementwise", "fused_softmax_kernel", "fused_softmax")
+ns = nbexec.exec_cells(NOTEBOOK, ["setup", "imports", *KERNEL_CELLS])
 fused_relu_affine = ns["fused_relu_affine"]
 fused_softmax = ns["fused_softmax"]
 
@@ -59,6 +48,7 @@ def _source(cell: dict) -> str:
 
 def test_nbgrader_metadata_is_schema_3_with_unique_grade_ids():
     ids = []
+    manual = []
     for cell in _cells():
         meta = cell.get("metadata", {}).get("nbgrader")
         if meta is None:
@@ -68,7 +58,10 @@ def test_nbgrader_metadata_is_schema_3_with_unique_grade_ids():
         src = _source(cell)
         if meta["solution"]:
             assert "### BEGIN SOLUTION" in src and "### END SOLUTION" in src, meta["grade_id"]
-            assert not meta["grade"]
+            if meta["grade"]:  # a written answer, graded by hand (Exercise 7)
+                assert cell["cell_type"] == "markdown" and meta["points"] > 0, meta["grade_id"]
+                manual.append(meta["grade_id"])
+                continue
         if meta["grade"]:
             assert meta["grade_id"].startswith(("test_", "perf_")), meta["grade_id"]
             assert meta["points"] > 0 and meta["locked"]
@@ -76,7 +69,8 @@ def test_nbgrader_metadata_is_schema_3_with_unique_grade_ids():
         if "### BEGIN HIDDEN TESTS" in src:
             assert meta["grade"], f"hidden tests outside a test cell: {meta['grade_id']}"
     assert len(ids) == len(set(ids)), "grade ids must be unique"
-    for needed in (*bench.KERNEL_CELLS, "test_predict", "test_count_kernels", "test_fused_elementwise",
+    assert manual == ["explain_softmax_limits"]
+    for needed in (*KERNEL_CELLS, "test_predict", "test_count_kernels", "test_fused_elementwise",
                    "test_softmax", "test_softmax_stable", "perf_fused_elementwise", "perf_softmax"):
         assert needed in ids
 
@@ -226,7 +220,7 @@ def _graded(records: list[dict]) -> dict[str, dict]:
 @pytest.mark.slow
 def test_instructor_version_passes_every_check(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # no data/measurements here: the reference cell must cope
-    graded = _graded(bench.run_notebook(NOTEBOOK))
+    graded = _graded(nbexec.run_cells(NOTEBOOK))
     assert graded and all(r["status"] == "ok" for r in graded.values()), graded
     for name, r in graded.items():
         if name.startswith("perf_") and not grading.has_cuda():
@@ -239,7 +233,7 @@ def test_student_version_fails_every_correctness_check(tmp_path):
     nb["cells"] = _stub_solutions(nb["cells"])
     stub = tmp_path / "lab3_fusion.ipynb"
     stub.write_text(json.dumps(nb), encoding="utf-8")
-    graded = _graded(bench.run_notebook(stub))
+    graded = _graded(nbexec.run_cells(stub))
     assert {"test_predict", "test_count_kernels", "test_fused_elementwise", "test_softmax",
             "test_softmax_stable"} <= set(graded)
     for name, r in graded.items():
@@ -247,40 +241,43 @@ def test_student_version_fails_every_correctness_check(tmp_path):
             assert r["status"] != "ok", f"{name} passes without a solution"
 
 
-@pytest.mark.slow
-def test_bench_script_tiny_run_and_reference_cell(tmp_path, monkeypatch):
-    out = tmp_path / "out"
-    monkeypatch.setattr(sys, "argv", ["lab3_bench.py", "--tiny", "--no-notebook", "--out", str(out)])
-    bench.main()
-    data = json.loads((out / "lab3_h100.json").read_text())
-    assert data["schema"] == "lab3-fusion/1" and data["copy_bandwidth"]["unit"] == "byte/s"
-    row = data["elementwise"][0]
-    # relu(x)*0.5+1.0 on 1000 fp32 elements: unfused 6 * 4000 B, fused 2 * 4000 B
-    assert row["traffic_model"]["unfused"]["value"] == 24000 and row["traffic_model"]["fused"]["value"] == 8000
-    for r in data["elementwise"] + data["softmax"]:
-        assert r["triton"]["time"]["value"] > 0 and r["triton"]["time"]["unit"] == "s"
-    # the notebook's last cell quotes the file when it lies in data/measurements/labs of a parent folder
-    (tmp_path / "data" / "measurements" / "labs").mkdir(parents=True)
-    (tmp_path / "data" / "measurements" / "labs" / "lab3_h100.json").write_text(json.dumps(data))
-    work = tmp_path / "labs" / "lab3"
-    work.mkdir(parents=True)
-    monkeypatch.chdir(work)
-    cell = next(c for c in _cells() if c["metadata"].get("nbgrader", {}).get("grade_id") == "reference_figures")
-    scope = {"json": json, "Path": Path, "mlsys": mlsys}
-    import contextlib
-    import io
+def _cell_src(gid: str) -> str:
+    return _source(next(c for c in _cells() if c["metadata"].get("nbgrader", {}).get("grade_id") == gid))
 
+
+def test_figures_cell_quotes_the_recorded_run_or_copes_without_it(tmp_path, monkeypatch):
+    record = json.loads((REPO / "data" / "measurements" / "lab3_h100.json").read_text())
+    (tmp_path / "lab3_h100.json").write_text(json.dumps(record))
+    monkeypatch.setenv("MLSYS_MEASUREMENTS_DIR", str(tmp_path))
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
-        exec(_source(cell), scope)
+        exec(_cell_src("reference_figures"), {"labdata": mlsys.course.labdata})
     printed = buf.getvalue()
-    assert data["device"]["name"] in printed and "softmax" in printed and "relu(x)*0.5+1.0" in printed
+    assert record["device"]["name"] in printed and "softmax" in printed and "relu(x)*0.5+1.0" in printed
+    # the eager/Triton speedup it prints is time(eager) / time(Triton) of the recorded 4096 x 4096 fp32 row
+    row = next(r for r in record["elementwise"] if r["dtype"] == "fp32" and r["shape"] == [4096, 4096])
+    assert f"{row['eager']['time']['value'] / row['triton']['time']['value']:.2f}x" in printed
+    (tmp_path / "lab3_h100.json").unlink()
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        exec(_cell_src("reference_figures"), {"labdata": mlsys.course.labdata})
+    assert "No H100 reference figures" in buf.getvalue()
 
 
-def test_bench_loads_the_notebook_kernels_not_a_copy():
-    src = BENCH.read_text(encoding="utf-8")
-    assert "@triton.jit" not in src and "tl.load" not in src
-    assert os.path.samefile(bench.NOTEBOOK, NOTEBOOK)
+def test_softmax_that_reads_its_row_twice_is_caught():
+    src = _cell_src("fused_softmax_kernel")
+    twice = src.replace("    numerator = tl.exp(z)\n",
+                        "    x2 = tl.load(x_ptr + row * row_stride + cols, mask=mask, other=-float('inf')).to(tl.float32)\n"
+                        "    numerator = tl.exp(x2 - tl.max(x, axis=0))\n")
+    assert twice != src
+    scope = dict(ns)
+    nbexec.exec_cell(twice, "<lab3 softmax read twice>", scope)
+    nbexec.exec_cell(_cell_src("fused_softmax"), "<lab3 fused_softmax>", scope)
+    x = torch.randn(4, 100)
+    # the values are right: only the load count gives it away (2 x 400 element loads of x)
+    with pytest.raises(grading.GradingError, match=r"loaded 800 elements of x, 2 times its 400"):
+        checks.check_kernel(scope["fused_softmax"], (x,), torch.softmax(x, -1), names=("x",), output_names=("out",),
+                            rtol=1e-5, atol=1e-6, max_reads={"x": 1})
 
 
 # ------------------------------------------------------------------------------ graded end to end (mlsys.course.teach)
@@ -326,3 +323,17 @@ def test_grading_a_kernel_cell_that_calls_torch_ops(tmp_path):
     assert row.correctness_score == 6, row
     if not grading.has_cuda():
         assert row.performance == "not graded (no GPU)", row
+
+
+@pytest.mark.slow
+def test_lab3_experiment_quick_run_on_the_cpu():
+    """The experiment that records the lab's H100 figures runs the notebook's kernels (tiny sizes, interpreter)."""
+    from mlsys.bench.experiment import run
+
+    data = run("lab3_fusion", quick=True, device="cpu")["results"]
+    assert data["copy_bandwidth"]["unit"] == "byte/s"
+    row = data["elementwise"][0]
+    # relu(x)*0.5+1.0 on 1000 fp32 elements: unfused 6 * 4000 B, fused 2 * 4000 B
+    assert row["traffic_model"]["unfused"]["value"] == 24000 and row["traffic_model"]["fused"]["value"] == 8000
+    for r in data["elementwise"] + data["softmax"]:
+        assert r["triton"]["time"]["value"] > 0 and r["triton"]["time"]["unit"] == "s"

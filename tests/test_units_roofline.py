@@ -108,3 +108,11 @@ def test_check_and_fmt():
     assert fmt(0.0) == "0"
     with pytest.raises(TypeError):
         fmt("12")
+
+
+def test_celsius_is_known_for_provenance_temperatures():
+    # nvidia-smi reports degrees Celsius; the provenance of a GPU record stores them as degC
+    # (0 degC = 273.15 K, so 40 degC = 313.15 K)
+    from mlsys.units import ureg
+
+    assert ureg.Quantity(40, "degC").to("K").magnitude == pytest.approx(313.15)

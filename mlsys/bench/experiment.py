@@ -32,10 +32,25 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-__all__ = ["Context", "Experiment", "NeedsDevice", "catalogue", "get", "run", "record_path"]
+__all__ = ["Context", "Experiment", "NeedsDevice", "catalogue", "get", "run", "record_path", "quantity", "timed"]
 
 EXPERIMENT_SCHEMA = "mlsys-experiment/1"
 _NEEDS = ("any", "cuda", "cuda:2")
+
+
+def quantity(value: float, unit: str, **extra: Any) -> dict[str, Any]:
+    """A result leaf ``{"value": value, "unit": unit, ...extra}`` (``extra``: e.g. ``method``)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"a quantity needs a number, got {value!r}")
+    return {"value": float(value) if isinstance(value, float) else value, "unit": unit, **extra}
+
+
+def timed(timing: Any, unit: str = "s", scale: float = 1.0) -> dict[str, Any]:
+    """A median time from a :class:`~mlsys.bench.timing.Timing` as a quantity with its timing record.
+
+    ``scale`` divides the median (e.g. the number of operations in one timed call).
+    """
+    return quantity(timing.median / scale, unit, method=timing.method, timing=timing.to_json())
 
 
 class NeedsDevice(RuntimeError):

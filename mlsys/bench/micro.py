@@ -95,7 +95,9 @@ def read_bandwidth(device: str, sizes: Sizes) -> dict[str, Any]:
 
     t = _time(lambda: x.sum(), device, sizes, f"x.sum(), fp32, {n} elements", check=check)
     nbytes = (n + 1) * itemsize("fp32").m
-    return _figure(nbytes / t.median, "byte/s", "bytes read + bytes written / median time of Tensor.sum",
+    return _figure(nbytes / t.median, "byte/s", "(4 N bytes read + one 4-byte result written) / median time of "
+                   "Tensor.sum (a reduction: its kernel also combines partial sums, so it is a lower bound on "
+                   "the read bandwidth)",
                    f"{n} fp32 elements ({n * 4} bytes)", t)
 
 
@@ -175,7 +177,10 @@ def matmul_throughput(device: str, sizes: Sizes, dtype: str) -> dict[str, Any]:
     finally:
         torch.set_float32_matmul_precision(prev_precision)
     flops = matmul_flops(n, n, n).m
-    return _figure(flops / t.median, "FLOP/s", method, f"m = n = k = {n}", t)
+    burst = {"value": flops / t.min, "unit": "FLOP/s",
+             "method": "2 n^3 / the fastest timed call (the rate before clocks settle under sustained load)"}
+    return _figure(flops / t.median, "FLOP/s", method + f" (sustained: median of {t.repeats} calls)",
+                   f"m = n = k = {n}", t, burst=burst)
 
 
 def launch_eager(device: str, sizes: Sizes) -> dict[str, Any]:

@@ -20,7 +20,7 @@ _SMI_FIELDS = {
     "clocks.max.sm": ("max_sm_clock", "MHz"),
     "clocks.max.mem": ("max_memory_clock", "MHz"),
     "power.limit": ("power_limit", "W"),
-    "temperature.gpu": ("temperature", "degC"),
+    "temperature.gpu": ("temperature", "kelvin"),  # nvidia-smi reports degC; offset units do not divide
     "pstate": ("pstate", None),
 }
 
@@ -61,7 +61,8 @@ def nvidia_smi(index: int = 0) -> dict[str, Any]:
             result[key] = raw
             continue
         try:
-            result[key] = {"value": float(raw), "unit": unit}
+            value = float(raw) + (273.15 if unit == "kelvin" else 0.0)
+            result[key] = {"value": round(value, 2), "unit": unit}
         except ValueError:
             continue  # "[N/A]" and the like
     return result

@@ -1,6 +1,7 @@
-"""Recorded measurements: ``data/measurements/<device-slug>.json``, their schema, and measured roofs.
+"""Recorded measurements: ``data/measurements/<device-slug>/roofs.json`` and ``<experiment>.json``, their schemas, and measured roofs.
 
-``python -m mlsys measure`` (:mod:`mlsys.bench`) writes one file per device. This module
+``python -m mlsys measure`` (:mod:`mlsys.bench`) writes one roofs file per device, beside the
+device's experiment records (``python -m mlsys.bench run NAME``). This module
 defines the file's schema once, validates every file when it is loaded (and in the tests),
 and turns the measured figures into quantities and :class:`~mlsys.roofline.Roof` objects, so
 chapters and labs quote measured numbers the same way they quote datasheet numbers.
@@ -22,7 +23,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -40,6 +40,7 @@ __all__ = [
     "MATMUL_DTYPES",
     "MeasurementError",
     "Measurement",
+    "ROOFS",
     "device_slug",
     "data_dir",
     "path_for",
@@ -101,44 +102,23 @@ def device_slug(name: str) -> str:
 
 
 def data_dir() -> Path:
-    """The repository's ``data/measurements`` directory, or ``$MLSYS_MEASUREMENTS_DIR`` if set."""
-    override = os.environ.get("MLSYS_MEASUREMENTS_DIR")
-    if override:
-        return Path(override)
-    return Path(__file__).resolve().parents[2] / "data" / "measurements"
+    """Where the recorded measurements are: :func:`mlsys.datapaths.measurements_dir` (``$MLSYS_MEASUREMENTS_DIR``,
+    else a checkout's ``data/measurements``, else the copy shipped in the installed package)."""
+    from ..datapaths import measurements_dir
+
+    return measurements_dir()
+
+
+ROOFS = "roofs.json"
 
 
 def path_for(slug: str) -> Path:
-    """``data/measurements/<slug>.json``."""
-    return data_dir() / f"{slug}.json"
-
-
-def recording(name: str, script: str | None = None) -> dict[str, Any]:
-    """A recorded result that is not a device file, e.g. ``recording("ch45_h100")``.
-
-    Reads ``data_dir() / f"{name}.json"`` (``$MLSYS_MEASUREMENTS_DIR`` moves the directory, to try a
-    page against another recording). A missing file raises ``FileNotFoundError`` naming the
-    ``script`` that produces it; a file written by a script's CPU smoke test (``tiny_cpu_test``)
-    raises ``MeasurementError``, so test output can never stand in for a GPU measurement.
-    """
-    path = data_dir() / f"{name}.json"
-    if not path.is_file():
-        how = f": run `OUT=dir python3 {script}` on the GPU and copy dir/{name}.json there" if script else ""
-        raise FileNotFoundError(f"{path} is missing{how}")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise MeasurementError(f"{path}: not valid JSON ({exc})") from exc
-    if not isinstance(data, dict):
-        raise MeasurementError(f"{path}: expected a JSON object, got {type(data).__name__}")
-    if data.get("tiny_cpu_test"):
-        raise MeasurementError(f"{path} comes from a CPU smoke test, not a GPU run")
-    return data
+    """``data/measurements/<slug>/roofs.json``: the device's measured roofs."""
+    return data_dir() / slug / ROOFS
 
 
 def _is_device_file(path: Path) -> bool:
-    """True for ``<slug>.json`` declaring this schema for the device ``slug`` (``data/measurements``
-    also holds other scripts' results, some with the same provenance block)."""
+    """True for ``<slug>/roofs.json`` declaring this schema for the device ``slug``."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError):
@@ -146,16 +126,13 @@ def _is_device_file(path: Path) -> bool:
     if not isinstance(data, dict) or not str(data.get("schema", "")).startswith("mlsys-measurements/"):
         return False
     device = data.get("device")
-    return isinstance(device, dict) and device.get("slug") == path.stem
+    return isinstance(device, dict) and device.get("slug") == path.parent.name
 
 
 def available() -> list[str]:
-    """Slugs of the device measurement files present (``<slug>.json`` of this schema), sorted.
-
-    Other JSON files in the directory (results of chapter or lab scripts) are not listed.
-    """
+    """Slugs of the devices with a roofs file (``<slug>/roofs.json`` of this schema), sorted."""
     d = data_dir()
-    return sorted(p.stem for p in d.glob("*.json") if _is_device_file(p)) if d.is_dir() else []
+    return sorted(p.parent.name for p in d.glob(f"*/{ROOFS}") if _is_device_file(p)) if d.is_dir() else []
 
 
 def find(prefix: str) -> str | None:
@@ -437,7 +414,7 @@ class Measurement:
 
 
 def load(what: str | Path) -> Measurement:
-    """Load and validate a measurements file: a slug (``"nvidia-h100-80gb-hbm3"``) or a path."""
+    """Load and validate a device's roofs: a slug (``"nvidia-h100-80gb-hbm3"``) or a ``.json`` path."""
     p = Path(what)
     if p.suffix != ".json":
         p = path_for(str(what))

@@ -12,7 +12,7 @@ from typing import Any
 from ..roofline import Roof
 from ..units import Q_
 from .micro import MICROBENCHMARKS, Skip, sizes_for
-from .records import REQUIRED_FIGURES, SCHEMA_VERSION, Measurement, path_for, validate
+from .records import REQUIRED_FIGURES, ROOFS, SCHEMA_VERSION, Measurement, path_for, validate
 from .roofcheck import fixed_cost, kernels_for, run_check
 
 __all__ = ["main", "measure", "pick_device", "output_path"]
@@ -89,12 +89,13 @@ def measure(device: str, quick: bool = False, progress: bool = True) -> dict[str
 
 
 def output_path(out: str | None, slug: str) -> Path:
-    """``--out``: a file path, or a directory (existing, or ending in ``/``) to hold ``<slug>.json``."""
+    """``--out``: a ``.json`` file path, or a directory (existing, or ending in ``/``) to hold
+    ``<slug>/roofs.json`` (the layout of ``data/measurements``)."""
     if out is None:
         return path_for(slug)
     p = Path(out)
     if out.endswith(("/", "\\")) or p.is_dir():
-        return p / f"{slug}.json"
+        return p / slug / ROOFS
     if p.suffix != ".json":
         raise ValueError(f"--out must be a .json file or a directory, got {out!r}")
     return p
@@ -125,9 +126,9 @@ def summary(m: Measurement) -> str:
 def main(argv: list[str] | None = None) -> int:
     """``python -m mlsys measure [--out PATH] [--quick] [--device auto|cpu|cuda]``; returns the exit status."""
     p = argparse.ArgumentParser(prog="python -m mlsys measure",
-                                description="Measure this machine's roofs and write data/measurements/<device>.json")
-    p.add_argument("--out", help="output .json file, or a directory for <device-slug>.json "
-                   "(default data/measurements/<device-slug>.json)")
+                                description="Measure this machine's roofs and write data/measurements/<device>/roofs.json")
+    p.add_argument("--out", help="output .json file, or a directory for <device-slug>/roofs.json "
+                   "(default data/measurements/<device-slug>/roofs.json)")
     p.add_argument("--quick", action="store_true", help="smaller sizes and fewer repeats")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     p.add_argument("--no-progress", action="store_true", help="no progress bar")

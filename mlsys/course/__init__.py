@@ -3,6 +3,9 @@
 * :mod:`mlsys.course.claims`: ``check`` (a claim the prose makes; a false one fails the build) and ``fmt``.
 * :mod:`mlsys.course.device`: ``setup()`` (Triton's interpreter where there is no CUDA) and ``has_cuda``.
 * :mod:`mlsys.course.grading`: helpers the labs' test cells call.
+* :mod:`mlsys.course.checks`: guarded kernel runs (out-of-bounds feedback) and checks for silent mistakes.
+* :mod:`mlsys.course.site`: the repository URL (from `_config.yml`) and what the labs generate from it.
+* :mod:`mlsys.course.labdata`: the recorded GPU figures a lab shows beside the learner's own.
 * :mod:`mlsys.course.nbexec`: the one way to run a notebook's cells outside Jupyter.
 * :mod:`mlsys.course.teach`: release and grade labs (``python -m mlsys.course.teach``).
 * :mod:`mlsys.course.sandbox`: the bubblewrap sandbox each submission runs in; :mod:`mlsys.course.cellrunner`
@@ -18,8 +21,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-_SUBMODULES = ("audit", "cellrunner", "claims", "device", "grading", "nbexec", "sandbox", "sandboxed_execute", "teach",
-               "trusted")
+_SUBMODULES = ("audit", "cellrunner", "checks", "claims", "device", "grading", "labdata", "nbexec", "sandbox",
+               "sandboxed_execute", "site", "teach", "trusted")
 __all__ = list(_SUBMODULES)
 
 

@@ -1,8 +1,8 @@
 """Run a notebook's code cells without Jupyter.
 
 The GPU machines that record the labs' reference figures have no Jupyter, nbconvert or nbgrader,
-so the scripts under ``scripts/gpu/`` execute the instructor notebooks themselves: cell by cell,
-in one namespace, as one kernel would. Each cell's source is registered with :mod:`linecache`
+so the lab experiments (``mlsys.bench.experiments.lab*``) and the tests execute the instructor
+notebooks with this module: cell by cell, in one namespace, as one kernel would. Each cell's source is registered with :mod:`linecache`
 under a file name of its own, so ``inspect.getsource`` works on the functions it defines (Triton's
 ``@jit`` and :func:`mlsys.course.grading.assert_no_library_calls` both need that). A trailing expression
 is evaluated and returned, as a notebook shows it; nbgrader reads a number there as partial credit.

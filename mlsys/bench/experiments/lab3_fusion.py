@@ -1,0 +1,173 @@
+"""Lab 3's reference kernels against eager PyTorch and torch.compile: a fused relu(x) * 0.5 + 1 and a fused softmax.
+
+The kernels are not copied here: the notebook cells of ``labs/source/lab3_fusion/lab3_fusion.ipynb``
+that define them (by nbgrader ``grade_id``) run in a fresh namespace, so what is timed is the
+lab's reference solution. Timing: :func:`mlsys.bench.timing.time_fn` (CUDA events, L2 flushed
+before each timed call). For each size: the copy bandwidth on as many bytes
+(:func:`mlsys.bench.micro.copy_bandwidth`), eager (three kernels), ``torch.compile`` and the
+lab's kernel; achieved bandwidth = model bytes (:mod:`mlsys.fusion`) / median time, its share of
+the copy, and the measured and predicted speed-ups. Softmax: ``torch.softmax`` and the lab's
+``fused_softmax``. Every result is checked against PyTorch after timing.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+SHOWN_IN = ("labs/source/lab3_fusion",)
+NEEDS = "any"
+
+REPO = Path(__file__).resolve().parents[3]
+NOTEBOOK = REPO / "labs" / "source" / "lab3_fusion" / "lab3_fusion.ipynb"
+#: grade_ids of the notebook cells that define the kernels and their launchers, in order
+KERNEL_CELLS = ("fused_elementwise_kernel", "fused_elementwise", "fused_softmax_kernel", "fused_softmax")
+RELU_CHAIN_ARITIES = [1, 1, 1]  # relu reads x; mul reads relu's result; add reads the product
+
+
+def load_kernels(notebook: Path = NOTEBOOK) -> dict[str, Any]:
+    """Execute the notebook's kernel cells (by grade_id) in a fresh namespace and return it."""
+    from ...course.nbexec import exec_cells
+
+    return exec_cells(notebook, list(KERNEL_CELLS), {"__name__": "lab3_fusion"})
+
+
+def quantity(value: float, unit: str) -> dict[str, Any]:
+    return {"value": float(value), "unit": unit}
+
+
+def run(ctx: Any) -> dict[str, Any]:
+    import torch
+
+    from ...fusion import fusion_savings, fusion_time
+    from ...units import Q_
+    from ..timing import time_fn
+
+    device = ctx.device
+    tiny = device != "cuda"
+
+    def timer(fn: Any, what: str, repeats: int = 30) -> tuple[float, dict[str, Any]]:
+        t = time_fn(fn, device, what=what, repeats=3 if tiny else repeats, warmup=1 if tiny else 5)
+        return t.median, t.to_json()
+
+    ns = load_kernels()
+    fused_relu_affine, fused_softmax = ns["fused_relu_affine"], ns["fused_softmax"]
+    t_start = time.perf_counter()
+    compile_ok = device == "cuda"  # on a CPU, torch.compile builds C++ (tens of seconds)
+    if tiny:
+        ew_cases = [((1000,), torch.float32), ((33, 65), torch.float16)]
+        sm_cases = [((7, 781), torch.float32), ((5, 1024), torch.float16)]
+        big_copy = 2**20
+    else:
+        ew_cases = [((1024, 1024), torch.float32), ((4096, 4096), torch.float32),
+                    ((8192, 8192), torch.float32), ((4096, 4096), torch.float16)]
+        sm_cases = [((32768, 1024), torch.float32), ((16384, 2048), torch.float32),
+                    ((8192, 4096), torch.float32), ((4096, 781), torch.float32),
+                    ((32768, 1024), torch.float16), ((16384, 2048), torch.float16),
+                    ((8192, 4096), torch.float16)]
+        big_copy = 2**30
+
+    from dataclasses import replace
+
+    from .. import micro
+
+    quick = micro.sizes_for(device, quick=True)
+
+    def copy_bandwidth(numel: int, dtype: torch.dtype) -> tuple[float, dict[str, Any]]:
+        """mlsys.bench's copy microbenchmark on as many bytes as numel elements of dtype, byte/s."""
+        nbytes = numel * torch.empty(0, dtype=dtype).element_size()
+        fig = micro.copy_bandwidth(device, replace(quick, stream_numel=max(1, nbytes // 4)))
+        return fig["value"], {"method": fig["method"], "size": fig["size"], "timing": fig["timing"]}
+
+    bw_big, bw_big_t = copy_bandwidth(big_copy // 4, torch.float32)
+    launch_fig = micro.launch_eager(device, quick)
+    launch = launch_fig["value"]
+
+    def eager(x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x) * 0.5 + 1.0
+
+    compiled = torch.compile(eager, dynamic=False) if compile_ok else None
+
+    elementwise = []
+    for shape, dtype in ew_cases:
+        x = torch.randn(shape, device=device, dtype=dtype)
+        numel = x.numel()
+        dname = {torch.float32: "fp32", torch.float16: "fp16"}[dtype]
+        savings = fusion_savings(numel, dname, RELU_CHAIN_ARITIES)
+        unfused_b = savings.unfused.to("byte").magnitude
+        fused_b = savings.fused.to("byte").magnitude
+        copy_bw, copy_t = copy_bandwidth(numel, dtype)
+        ref = eager(x.float()).to(dtype)
+        tol = dict(rtol=1e-6, atol=1e-6) if dtype == torch.float32 else dict(rtol=1e-3, atol=1e-3)
+        row: dict[str, Any] = {
+            "shape": list(shape), "dtype": dname, "numel": numel,
+            "traffic_model": {"unfused": quantity(unfused_b, "byte"), "fused": quantity(fused_b, "byte")},
+            "copy_bandwidth": {**quantity(copy_bw, "byte/s"), **copy_t},
+        }
+        impls = {"eager": (eager, unfused_b), "triton": (fused_relu_affine, fused_b)}
+        if compiled is not None and time.perf_counter() - t_start < 60:
+            impls["compile"] = (compiled, fused_b)
+        for key, (fn, nbytes) in impls.items():
+            out = fn(x)
+            torch.testing.assert_close(out, ref, **tol)
+            t, tj = timer(lambda fn=fn, x=x: fn(x), f"{key} relu chain {shape} {dname}")
+            torch.testing.assert_close(fn(x), ref, **tol)  # re-checked after timing
+            row[key] = {"time": quantity(t, "s"), "bytes_model": quantity(nbytes, "byte"),
+                        "bandwidth": quantity(nbytes / t, "byte/s"),
+                        "share_of_copy": (nbytes / t) / copy_bw, "timing": tj}
+        predicted = fusion_time(numel, dname, RELU_CHAIN_ARITIES, Q_(copy_bw, "byte/s"), Q_(launch, "s"))
+        row["speedup_triton_vs_eager"] = row["eager"]["time"]["value"] / row["triton"]["time"]["value"]
+        if "compile" in row:
+            row["speedup_compile_vs_eager"] = row["eager"]["time"]["value"] / row["compile"]["time"]["value"]
+        row["predicted_speedup"] = predicted.speedup
+        row["predicted_time"] = {"unfused": quantity(predicted.unfused.to("s").magnitude, "s"),
+                                 "fused": quantity(predicted.fused.to("s").magnitude, "s")}
+        row["traffic_ratio"] = savings.ratio
+        elementwise.append(row)
+
+    softmax = []
+    for shape, dtype in sm_cases:
+        x = torch.randn(shape, device=device, dtype=dtype) * 4
+        dname = {torch.float32: "fp32", torch.float16: "fp16"}[dtype]
+        copy_bw, copy_t = copy_bandwidth(x.numel(), dtype)
+        nbytes = 2 * x.numel() * x.element_size()
+        ref = torch.softmax(x.float(), dim=-1).to(dtype)
+        tol = dict(rtol=1e-5, atol=1e-6) if dtype == torch.float32 else dict(rtol=1e-2, atol=1e-3)
+        row = {"shape": list(shape), "dtype": dname, "bytes": quantity(nbytes, "byte"),
+               "copy_bandwidth": {**quantity(copy_bw, "byte/s"), **copy_t}}
+        for key, fn in (("torch", lambda x: torch.softmax(x, dim=-1)), ("triton", fused_softmax)):
+            torch.testing.assert_close(fn(x), ref, **tol)
+            t, tj = timer(lambda fn=fn, x=x: fn(x), f"{key} softmax {shape} {dname}")
+            torch.testing.assert_close(fn(x), ref, **tol)
+            row[key] = {"time": quantity(t, "s"), "bandwidth": quantity(nbytes / t, "byte/s"),
+                        "share_of_copy": (nbytes / t) / copy_bw, "timing": tj}
+        row["speedup_triton_vs_torch"] = row["torch"]["time"]["value"] / row["triton"]["time"]["value"]
+        softmax.append(row)
+
+    main_row = next((r for r in elementwise if r["shape"] == [4096, 4096] and r["dtype"] == "fp32"), elementwise[0])
+    targets = {
+        "elementwise_4096x4096_fp32_share_of_copy": {
+            "value": main_row["triton"]["share_of_copy"], "target": ">= 0.90",
+            "met": main_row["triton"]["share_of_copy"] >= 0.90},
+        "elementwise_4096x4096_fp32_speedup_vs_eager": {
+            "value": main_row["speedup_triton_vs_eager"], "target": ">= 2.5",
+            "met": main_row["speedup_triton_vs_eager"] >= 2.5},
+        "softmax_matches_torch_min_over_shapes": {
+            "value": min(r["speedup_triton_vs_torch"] for r in softmax), "target": ">= 1.0 (at least one shape)",
+            "met": any(r["speedup_triton_vs_torch"] >= 1.0 for r in softmax)},
+    }
+    return {
+        "what": "Lab 3 reference solution (labs/source/lab3_fusion) vs eager PyTorch and torch.compile",
+        "method": "median of timed calls, mlsys.bench.timing.time_fn (CUDA events, L2 flushed before each call); "
+                  "bandwidth = model bytes / median time; copy bandwidth: mlsys.bench.micro.copy_bandwidth on the "
+                  "same number of bytes",
+        "copy_bandwidth": {**quantity(main_row["copy_bandwidth"]["value"], "byte/s"),
+                           "numel": main_row["numel"], "dtype": main_row["dtype"]},
+        "copy_bandwidth_large": {**quantity(bw_big, "byte/s"), **bw_big_t},
+        "launch_overhead": {**quantity(launch, "s"), "method": launch_fig["method"], "size": launch_fig["size"],
+                            "use": "input to mlsys.fusion.fusion_time's prediction"},
+        "elementwise": elementwise,
+        "softmax": softmax,
+        "targets": targets,
+    }

@@ -1,0 +1,82 @@
+"""The CUDA kernels nn.Linear launches (forward, and forward + backward) per dtype and shape, from torch.profiler.
+
+GPU times are the profiler's per-kernel device times (``self_device_time_total``), averaged over
+five iterations after three warm-up steps; the bf16 4096 case's profiler table is kept as printed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+SHOWN_IN = ("chapters/02_journey_of_a_matmul",)
+NEEDS = "cuda"
+
+SHAPES = ((8, 1024, 1024), (4096, 4096, 4096), (8192, 4096, 11008))  # (batch, in, out)
+ITERATIONS = 5
+
+
+def kernel_table(prof: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(GPU kernels, CPU ops) of a profiler run: name, calls, total and mean time."""
+    gpu, cpu = [], []
+    for e in prof.key_averages():
+        dev_total = getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0.0)
+        if dev_total and dev_total > 0 and e.cpu_time_total == 0:
+            gpu.append({"name": e.key, "calls": e.count, "gpu_total": {"value": dev_total, "unit": "us"},
+                        "gpu_mean": {"value": dev_total / e.count, "unit": "us"}})
+        elif e.cpu_time_total > 0:
+            cpu.append({"name": e.key, "calls": e.count, "cpu_total": {"value": e.cpu_time_total, "unit": "us"},
+                        "self_cpu_total": {"value": e.self_cpu_time_total, "unit": "us"}})
+    gpu.sort(key=lambda r: -r["gpu_total"]["value"])
+    cpu.sort(key=lambda r: -r["cpu_total"]["value"])
+    return gpu, cpu[:15]
+
+
+def run(ctx: Any) -> dict[str, Any]:
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    acts = [ProfilerActivity.CPU, ProfilerActivity.CUDA]
+    shapes = SHAPES[:2] if ctx.quick else SHAPES
+    cases = [(dt, False, s) for dt in (torch.float32, torch.bfloat16, torch.float16) for s in shapes]
+    cases.append((torch.float32, True, SHAPES[1]))  # fp32 with TF32 tensor cores allowed
+    rows = []
+    prev = torch.backends.cuda.matmul.allow_tf32
+    try:
+        for dtype, tf32, (batch, d_in, d_out) in cases:
+            torch.backends.cuda.matmul.allow_tf32 = tf32
+            lin = torch.nn.Linear(d_in, d_out, device="cuda", dtype=dtype)
+            x = torch.randn(batch, d_in, device="cuda", dtype=dtype, requires_grad=True)
+            for _ in range(3):  # warm up cuBLAS (handle, heuristics, workspace)
+                lin(x).sum().backward()
+            torch.cuda.synchronize()
+            row: dict[str, Any] = {"dtype": str(dtype).replace("torch.", ""), "batch": batch, "in_features": d_in,
+                                   "out_features": d_out, "allow_tf32": tf32, "iterations": ITERATIONS}
+            with torch.no_grad(), profile(activities=acts) as prof:
+                for _ in range(ITERATIONS):
+                    lin(x)
+                torch.cuda.synchronize()
+            row["forward_kernels"], row["forward_cpu_ops"] = kernel_table(prof)
+            with profile(activities=acts) as prof:
+                for _ in range(ITERATIONS):
+                    y = lin(x)
+                    y.backward(torch.ones_like(y))
+                torch.cuda.synchronize()
+            row["fwd_bwd_kernels"], _ = kernel_table(prof)
+            rows.append(row)
+            del lin, x
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = prev
+    lin = torch.nn.Linear(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    with torch.no_grad():
+        lin(x)
+        torch.cuda.synchronize()
+        with profile(activities=acts) as prof:
+            lin(x)
+            torch.cuda.synchronize()
+    try:
+        table = prof.key_averages().table(sort_by="self_device_time_total", row_limit=12)
+    except (KeyError, AttributeError, ValueError):  # an older torch names it after CUDA
+        table = prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=12)
+    return {"method": f"torch.profiler over {ITERATIONS} iterations after 3 warm-up steps; GPU time per kernel is "
+                      "the profiler's self device time", "cases": rows, "table_bf16_4096": table}

@@ -1,0 +1,620 @@
+"""Kernel checks for the labs that turn a learner's mistake into feedback instead of a dead notebook.
+
+A Triton kernel with a missing mask does not fail politely: under the interpreter an out-of-bounds
+store can kill the Python process, and a read past the end returns whatever lies there. The checks
+here run a learner's launcher on tensors placed inside larger **guard buffers** and report what the
+kernel did outside them, with index ranges:
+
+* inputs sit in the middle of a buffer filled with NaN (and, for matrices, with a few NaN columns
+  between rows, so a wrong row stride lands in the gaps): a read of the guard turns into NaN in the
+  output, and under the interpreter every load is also checked address by address;
+* outputs allocated by the launcher (``torch.empty``, ``torch.empty_like``, ...) are intercepted and
+  placed in a buffer filled with :data:`MAGIC`: a store into the guard is found by comparing the
+  guard with the sentinel afterwards ("your kernel wrote 17 elements past the end of C: check the
+  store mask"), and an output element still holding :data:`MAGIC` was never written (dropped edge
+  tiles, a grid too small);
+* on a CPU the call runs in a child process (:func:`mlsys.course.grading.run_isolated`), so a crash
+  costs this check only; on a GPU a fork would lose the CUDA context, so the call runs in place and an
+  illegal memory access is reported as such (the CUDA context is then lost for the rest of the run).
+
+Under the interpreter the checks also count the elements each kernel loads from each input
+(:class:`Tracker`), which catches a fused kernel that reads its input twice. Further helpers cover
+the silent mistakes: :func:`accumulation_probe` (a product that fp16 accumulation gets wrong),
+:func:`assert_plausible_rate` (an achieved FLOP/s that disagrees with a fresh timing: ms taken as
+seconds) and :func:`check_chain_arities` (the structure of an element-wise chain).
+
+Every check raises :class:`mlsys.course.grading.GradingError` with a message that names the mistake.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .device import has_cuda
+from .grading import GradingError, assert_close, run_isolated
+
+__all__ = [
+    "MAGIC",
+    "Guarded",
+    "Tracker",
+    "GuardReport",
+    "guard_input",
+    "run_guarded",
+    "check_kernel",
+    "accumulation_probe",
+    "check_accumulation",
+    "assert_plausible_rate",
+    "check_chain_arities",
+    "explain_exception",
+]
+
+MAGIC = -12288.0
+"""Sentinel of output buffers: -1.5 x 2^13, exact in fp32, fp16 and bf16, and unlikely as a result."""
+
+
+def _torch():
+    import torch
+
+    return torch
+
+
+# ----------------------------------------------------------------------------------------------
+# guard buffers
+
+
+@dataclass
+class Guarded:
+    """A tensor ``view`` living inside a larger flat ``buffer`` whose other elements hold ``sentinel``.
+
+    ``role`` is ``"input"`` (NaN guard: reads of it show up as NaN) or ``"output"`` (``MAGIC``
+    guard: stores into it are found afterwards). ``pad`` elements of guard precede and follow the
+    view; a 2-D view has ``row_gap`` guard elements after each row.
+    """
+
+    name: str
+    buffer: Any
+    view: Any
+    offset: int
+    sentinel: float
+    role: str
+    original: Any = None  # an input's values, to detect a kernel that modifies its input
+
+    def inside(self):
+        """Boolean mask over ``buffer``: True where an element of the view lives."""
+        torch = _torch()
+        idx = torch.arange(self.buffer.numel(), device=self.buffer.device)
+        mask = torch.zeros(self.buffer.numel(), dtype=torch.bool, device=self.buffer.device)
+        if self.view.numel():
+            mask[idx.as_strided(self.view.shape, self.view.stride(), self.offset).reshape(-1)] = True
+        return mask
+
+    def address_range(self) -> tuple[int, int]:
+        """[first, last) byte addresses of the whole buffer, guards included."""
+        start = self.buffer.data_ptr()
+        return start, start + self.buffer.numel() * self.buffer.element_size()
+
+
+def _alloc(name: str, shape: Sequence[int], dtype: Any, device: Any, *, sentinel: float, role: str,
+           row_gap: int = 0, pad: int | None = None) -> Guarded:
+    torch = _torch()
+    shape = tuple(int(s) for s in shape)
+    numel = math.prod(shape)
+    if len(shape) == 2 and row_gap:
+        rows, cols = shape
+        stride = (cols + row_gap, 1)
+        span = (rows - 1) * stride[0] + cols if rows and cols else 0
+    else:
+        stride = torch.empty(shape, device="meta").stride()
+        span = numel
+    pad = max(4096, 2 * span) if pad is None else pad
+    buffer = torch.full((pad + span + pad,), sentinel, dtype=dtype, device=device)
+    view = buffer.as_strided(shape, stride, pad)
+    return Guarded(name, buffer, view, pad, sentinel, role)
+
+
+def guard_input(name: str, t: Any, *, row_gap: int = 0) -> Guarded:
+    """A copy of tensor ``t`` inside a NaN-filled guard buffer (floating point only).
+
+    With ``row_gap > 0`` a 2-D ``t`` gets that many NaN elements after each row, so its row stride
+    is ``cols + row_gap``: a kernel that assumes row-major layout reads NaN.
+    """
+    torch = _torch()
+    if not isinstance(t, torch.Tensor) or not t.is_floating_point():
+        raise TypeError(f"guard_input: expected a floating-point tensor for {name}, got {t!r:.80}")
+    g = _alloc(name, t.shape, t.dtype, t.device, sentinel=float("nan"), role="input",
+               row_gap=row_gap if t.dim() == 2 else 0)
+    g.view.copy_(t)
+    g.original = t.detach().clone()
+    return g
+
+
+_OUTPUT_FACTORIES = ("empty", "empty_like", "zeros", "zeros_like", "ones", "ones_like", "full", "full_like",
+                     "empty_strided")
+
+
+class _CaptureOutputs:
+    """A torch function mode that places the tensors a launcher allocates in MAGIC-guarded buffers."""
+
+    def __init__(self, names: Sequence[str]) -> None:
+        self.names = list(names)
+        self.captured: list[Guarded] = []
+
+    def __enter__(self) -> _CaptureOutputs:
+        from torch.overrides import TorchFunctionMode
+
+        capture = self
+
+        class Mode(TorchFunctionMode):
+            def __torch_function__(self, func, types, args=(), kwargs=None):
+                kwargs = kwargs or {}
+                out = func(*args, **kwargs)
+                name = getattr(func, "__name__", "")
+                torch = _torch()
+                if name in _OUTPUT_FACTORIES and isinstance(out, torch.Tensor) and out.is_floating_point():
+                    return capture._guard(out, name)
+                return out
+
+        self._mode = Mode()
+        self._mode.__enter__()
+        return self
+
+    def _guard(self, out: Any, factory: str) -> Any:
+        label = self.names[len(self.captured)] if len(self.captured) < len(self.names) else \
+            f"tensor #{len(self.captured) + 1} your code allocated"
+        # inside __torch_function__ the mode is switched off: these calls are not intercepted again
+        g = _alloc(label, out.shape, out.dtype, out.device, sentinel=MAGIC, role="output")
+        if factory.startswith("empty"):
+            g.original = None  # an element still MAGIC afterwards was never written
+        else:
+            g.view.copy_(out)
+            g.original = out.clone()
+        self.captured.append(g)
+        return g.view
+
+    def __exit__(self, *exc: Any) -> None:
+        self._mode.__exit__(*exc)
+
+
+# ----------------------------------------------------------------------------------------------
+# counting and checking accesses under the interpreter
+
+
+class Tracker:
+    """Under Triton's interpreter, watch every masked load and store a kernel issues.
+
+    For each guarded buffer it counts the elements loaded from the view (``reads[name]``) and
+    collects the offsets, relative to the view's first element, of loads from the guard
+    (``guard_loads[name]``). Stores are found by the sentinel comparison, which works on a GPU too.
+    Outside the interpreter it does nothing (``active`` is False).
+    """
+
+    def __init__(self, guards: Sequence[Guarded]) -> None:
+        self.guards = list(guards)
+        self.reads: dict[str, int] = {g.name: 0 for g in self.guards}
+        self.guard_loads: dict[str, list[int]] = {g.name: [] for g in self.guards}
+        self.load_instructions = 0
+        self.active = os.environ.get("TRITON_INTERPRET") == "1"
+
+    def add(self, g: Guarded) -> None:
+        self.guards.append(g)
+        self.reads.setdefault(g.name, 0)
+        self.guard_loads.setdefault(g.name, [])
+
+    def __enter__(self) -> Tracker:
+        if not self.active:
+            return self
+        import numpy as np
+        from triton.runtime import interpreter
+
+        builder = interpreter.InterpreterBuilder
+        self._orig = builder.create_masked_load
+        tracker = self
+        orig = self._orig
+
+        def create_masked_load(b, ptrs, mask, other, *args, **kwargs):
+            addrs = np.asarray(ptrs.data).reshape(-1).astype(np.int64)
+            live = np.asarray(mask.data).reshape(-1).astype(bool) if mask is not None else np.ones(addrs.shape, bool)
+            if live.shape != addrs.shape:
+                live = np.broadcast_to(np.asarray(mask.data), np.asarray(ptrs.data).shape).reshape(-1).astype(bool)
+            tracker._record(addrs[live])
+            return orig(b, ptrs, mask, other, *args, **kwargs)
+
+        builder.create_masked_load = create_masked_load
+        return self
+
+    def _record(self, addrs: Any) -> None:
+        import numpy as np
+
+        self.load_instructions += 1
+        if not hasattr(self, "_layout"):  # address range, element size and in-view mask of each guard, once
+            self._layout = [(g, *g.address_range(), g.buffer.element_size(), g.inside().cpu().numpy())
+                            for g in self.guards]
+        for g, lo, hi, size, inside in self._layout:
+            hit = addrs[(addrs >= lo) & (addrs < hi)]
+            if not hit.size:
+                continue
+            elem = (hit - lo) // size
+            in_view = inside[elem]
+            self.reads[g.name] += int(in_view.sum())
+            out = elem[~in_view]
+            if out.size and len(self.guard_loads[g.name]) < 100_000:
+                self.guard_loads[g.name].extend(int(e) - g.offset for e in np.unique(out)[:10_000])
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.active:
+            from triton.runtime import interpreter
+
+            interpreter.InterpreterBuilder.create_masked_load = self._orig
+
+
+# ----------------------------------------------------------------------------------------------
+# the report
+
+
+def _ranges(values: Sequence[int]) -> str:
+    """``[3, 4, 5, 9]`` -> ``"3..5, 9"`` (at most four ranges, then ``...``)."""
+    vals = sorted(set(int(v) for v in values))
+    if not vals:
+        return ""
+    out, start, prev = [], vals[0], vals[0]
+    for v in vals[1:]:
+        if v != prev + 1:
+            out.append((start, prev))
+            start = v
+        prev = v
+    out.append((start, prev))
+    text = ", ".join(f"{a}" if a == b else f"{a}..{b}" for a, b in out[:4])
+    return text + (", ..." if len(out) > 4 else "")
+
+
+def _where(g: Guarded, rel: Sequence[int]) -> list[str]:
+    """Describe guard positions (offsets relative to the view's first element) in words."""
+    view = g.view
+    shape = tuple(view.shape)
+    last = 0 if not view.numel() else sum((s - 1) * st for s, st in zip(shape, view.stride(), strict=True))
+    before = [r for r in rel if r < 0]
+    after = [r - last for r in rel if r > last]
+    between = [r for r in rel if 0 <= r <= last]
+    parts = []
+    if after:
+        parts.append(f"{len(after)} element{'s' if len(after) != 1 else ''} past the end of {g.name} "
+                     f"(1 to {max(after)} elements beyond its last element)")
+    if before:
+        parts.append(f"{len(before)} element{'s' if len(before) != 1 else ''} before the start of {g.name} "
+                     f"(offsets {_ranges(before)})")
+    if between and len(shape) == 2:
+        row_stride = view.stride(0)
+        rows = sorted({r // row_stride for r in between})
+        parts.append(f"{len(between)} element{'s' if len(between) != 1 else ''} beyond the last column of {g.name} "
+                     f"(after rows {_ranges(rows)})")
+    elif between:
+        parts.append(f"{len(between)} elements between the elements of {g.name}")
+    return parts
+
+
+@dataclass
+class GuardReport:
+    """What one guarded call did outside its tensors; ``problems()`` lists them as messages."""
+
+    label: str
+    bad_stores: dict[str, list[int]] = field(default_factory=dict)
+    bad_loads: dict[str, list[int]] = field(default_factory=dict)
+    unwritten: dict[str, tuple[int, int, str]] = field(default_factory=dict)
+    modified_inputs: list[str] = field(default_factory=list)
+    reads: dict[str, int] = field(default_factory=dict)
+    sizes: dict[str, int] = field(default_factory=dict)
+    descriptions: dict[str, list[str]] = field(default_factory=dict)
+
+    def problems(self) -> list[str]:
+        out = []
+        for name, parts in self.descriptions.items():
+            kind, _, tensor = name.partition(":")
+            if kind == "store":
+                out.append(f"{self.label}: your kernel wrote {'; '.join(parts)}: check the store mask "
+                           f"(and the strides and offsets used for {tensor})")
+            elif kind == "load":
+                out.append(f"{self.label}: your kernel read {'; '.join(parts)}: check the load mask "
+                           f"(and the strides and offsets used for {tensor})")
+        for name in self.modified_inputs:
+            out.append(f"{self.label}: your kernel changed its input {name}: it must only read it "
+                       "(a store through the wrong pointer?)")
+        for name, (count, total, where) in self.unwritten.items():
+            out.append(f"{self.label}: your kernel left {count} of {total} elements of {name} unwritten ({where}): "
+                       "dropped edge tiles or blocks? check the grid size (triton.cdiv) and the store mask")
+        return out
+
+
+def _positions(g: Guarded, flat: Any) -> list[int]:
+    return [int(i) - g.offset for i in flat]
+
+
+def _inspect(label: str, guards: Sequence[Guarded], tracker: Tracker | None, result: Any = None) -> GuardReport:
+    """Compare every guard with its sentinel; ``result`` is what the call returned (an output buffer
+    counts as unwritten only if the result lives in it: a launcher that returns another tensor is
+    judged by its values instead)."""
+    torch = _torch()
+    result_storage = result.untyped_storage().data_ptr() if isinstance(result, torch.Tensor) else None
+    rep = GuardReport(label)
+    for g in guards:
+        inside = g.inside()
+        buf = g.buffer
+        guard_vals = buf[~inside]
+        if g.role == "input":
+            changed = ~torch.isnan(guard_vals)
+        else:
+            changed = (guard_vals != g.sentinel) | torch.isnan(guard_vals)
+        if bool(changed.any()):
+            flat = torch.nonzero(~inside).reshape(-1)[changed].cpu().tolist()
+            rel = _positions(g, flat)
+            rep.bad_stores[g.name] = rel[:1000]
+            rep.descriptions[f"store:{g.name}"] = _where(g, rel)
+        if g.role == "input" and g.original is not None:
+            now = g.view
+            same = (now == g.original) | (torch.isnan(now) & torch.isnan(g.original))
+            if not bool(same.all()):
+                rep.modified_inputs.append(g.name)
+        if (g.role == "output" and g.original is None and g.view.numel()
+                and g.buffer.untyped_storage().data_ptr() == result_storage):
+            left = g.view == g.sentinel
+            n = int(left.sum())
+            if n:
+                idx = torch.nonzero(left)
+                if g.view.dim() == 2:
+                    where = f"rows {_ranges(idx[:, 0].tolist())}, columns {_ranges(idx[:, 1].tolist())}"
+                else:
+                    where = f"indices {_ranges(idx.reshape(-1).tolist())}"
+                rep.unwritten[g.name] = (n, g.view.numel(), where)
+        rep.sizes[g.name] = g.view.numel()
+        if tracker is not None and tracker.active:
+            rep.reads[g.name] = tracker.reads.get(g.name, 0)
+            if tracker.guard_loads.get(g.name):
+                rep.bad_loads[g.name] = tracker.guard_loads[g.name][:1000]
+                rep.descriptions[f"load:{g.name}"] = _where(g, tracker.guard_loads[g.name])
+    return rep
+
+
+def explain_exception(label: str, exc: BaseException) -> str:
+    """A learner-facing message for an exception raised while running a kernel."""
+    text = f"{type(exc).__name__}: {exc}"
+    low = text.lower()
+    if "illegal memory access" in low or "misaligned address" in low or "out of bounds" in low:
+        return (f"{label}: your kernel made an illegal memory access on the GPU ({text[:200]}); a load or store "
+                "outside its tensors: check every mask and the grid. The GPU context is lost: restart the kernel.")
+    if "InterpreterError" in type(exc).__name__ or "interpretererror" in low:
+        hint = ""
+        if "assert" in low:
+            hint = (" Under the interpreter, tl.dot asserts when its operands or accumulator have unexpected "
+                    "types: accumulate in fp32 (tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)) and pass "
+                    "blocks of the input dtype.")
+        return f"{label}: the Triton interpreter stopped your kernel ({text[:300]}).{hint}"
+    return f"{label} raised {text[:500]}"
+
+
+# ----------------------------------------------------------------------------------------------
+# running a launcher on guarded tensors
+
+
+def _guarded_call(fn: Callable[..., Any], inputs: Sequence[Any], names: Sequence[str], output_names: Sequence[str],
+                  row_gap: int, kwargs: dict[str, Any], label: str) -> dict[str, Any]:
+    """Run ``fn`` on guarded copies of ``inputs``; return the result and the report (picklable)."""
+    torch = _torch()
+    guards = [guard_input(n, t, row_gap=row_gap) if isinstance(t, torch.Tensor) and t.is_floating_point() else None
+              for n, t in zip(names, inputs, strict=True)]
+    args = [g.view if g is not None else t for g, t in zip(guards, inputs, strict=True)]
+    real = [g for g in guards if g is not None]
+    tracker = Tracker(real)
+    capture = _CaptureOutputs(output_names)
+    error = None
+    result = None
+    try:
+        with tracker, capture:
+            result = fn(*args, **kwargs)
+        if has_cuda():
+            torch.cuda.synchronize()
+    except Exception as exc:  # the learner's code: report, never propagate raw
+        error = explain_exception(label, exc)
+    all_guards = real + capture.captured
+    rep = _inspect(label, all_guards, tracker, result)
+    if isinstance(result, torch.Tensor):
+        result = result.detach().clone()
+    return {"result": result, "report": rep, "error": error, "tracked": tracker.active}
+
+
+def _packed_call(*args: Any) -> dict[str, Any]:
+    """:func:`_guarded_call` with the result serialised to bytes (a tensor crosses the pipe as plain data)."""
+    import io
+
+    # A forked child must not wait on the parent's thread pools (OpenMP, BLAS): their worker threads
+    # do not exist here, and a parallel region would block forever. One thread is plenty for small checks.
+    _torch().set_num_threads(1)
+    out = _guarded_call(*args)
+    torch = _torch()
+    if isinstance(out["result"], torch.Tensor):
+        buf = io.BytesIO()
+        torch.save(out["result"].cpu(), buf)
+        out["result"] = ("tensor", buf.getvalue())
+    return out
+
+
+def _unpack(value: Any) -> Any:
+    if isinstance(value, tuple) and len(value) == 2 and value[0] == "tensor":
+        import io
+
+        return _torch().load(io.BytesIO(value[1]))
+    return value
+
+
+def run_guarded(fn: Callable[..., Any], inputs: Sequence[Any], *, names: Sequence[str] | None = None,
+                output_names: Sequence[str] = ("the output",), row_gap: int = 0, isolate: bool | None = None,
+                timeout: float = 300.0, label: str | None = None, **kwargs: Any) -> dict[str, Any]:
+    """Call ``fn(*inputs, **kwargs)`` on guarded copies of the inputs; return ``{"result", "report", ...}``.
+
+    ``isolate`` (default: True without CUDA) runs the call in a child process, so a crash raises
+    :class:`GradingError` here ("your kernel crashed the process ...") instead of killing the
+    notebook. Out-of-bounds findings are returned in ``report`` (a :class:`GuardReport`), not raised.
+    """
+    label = label or getattr(fn, "__name__", "your function")
+    names = list(names) if names is not None else [f"input {i}" for i in range(len(inputs))]
+    if isolate is None:
+        isolate = not has_cuda()
+    if not isolate:
+        return _guarded_call(fn, inputs, names, output_names, row_gap, kwargs, label)
+    try:
+        out = run_isolated(_packed_call, fn, inputs, names, output_names, row_gap, kwargs, label, timeout=timeout)
+        out["result"] = _unpack(out["result"])
+        return out
+    except GradingError as exc:
+        msg = str(exc)
+        if "process died" in msg:
+            raise GradingError(
+                f"{label}: your kernel crashed the process that ran it ({msg.split('(', 1)[-1].rstrip(')')}). "
+                "This is almost always a load or store far outside a tensor: check every mask, the strides and "
+                "the grid. (The check ran in a separate process, so only this check is lost.)") from None
+        if "within" in msg and "did not" in msg:
+            raise GradingError(f"{label}: did not finish within {timeout:g} s (an endless loop in the kernel or "
+                               "the launcher? a grid far too large?)") from None
+        raise
+
+
+def check_kernel(fn: Callable[..., Any], inputs: Sequence[Any], expected: Any, *, names: Sequence[str] | None = None,
+                 output_names: Sequence[str] = ("the output",), row_gap: int = 0, rtol: float = 1e-5,
+                 atol: float = 1e-8, max_reads: dict[str, float] | None = None, isolate: bool | None = None,
+                 label: str | None = None, **kwargs: Any) -> Any:
+    """Run ``fn`` on guarded inputs and check everything; return its result.
+
+    In order, it fails on: an exception or a crash; stores outside the tensors; loads outside them
+    (interpreter); a modified input; unwritten output elements; NaN/Inf in the result (a read of a NaN
+    guard); a result that differs from ``expected``; and, under the interpreter, more element loads
+    from an input than ``max_reads[name]`` times its size (e.g. ``{"x": 1}`` for a kernel that must read
+    its input once).
+    """
+    label = label or getattr(fn, "__name__", "your function")
+    out = run_guarded(fn, inputs, names=names, output_names=output_names, row_gap=row_gap, isolate=isolate,
+                      label=label, **kwargs)
+    if out["error"]:
+        raise GradingError(out["error"])
+    rep: GuardReport = out["report"]
+    problems = rep.problems()
+    if problems:
+        raise GradingError("\n".join(problems))
+    result = out["result"]
+    if result is None:
+        raise GradingError(f"{label}: expected a tensor, found None (did the function forget to return?)")
+    torch = _torch()
+    if isinstance(result, torch.Tensor) and result.is_floating_point():
+        bad = ~torch.isfinite(result.float())
+        if bool(bad.any()):
+            first = tuple(int(i) for i in torch.nonzero(bad)[0])
+            raise GradingError(
+                f"{label}: {int(bad.sum())} of {result.numel()} results are NaN/Inf (first at index {first}) although "
+                "the inputs are finite and every element outside them is NaN: your kernel read outside its inputs "
+                "(a missing load mask, a wrong stride or offset) or skipped the max-subtraction of a softmax")
+    assert_close(result, expected, rtol=rtol, atol=atol, name=label)
+    if max_reads and out["tracked"]:
+        for name, limit in max_reads.items():
+            size = rep.sizes.get(name, 0)
+            got = rep.reads.get(name, 0)
+            if size and got > limit * size:
+                raise GradingError(
+                    f"{label}: your kernel loaded {got:,} elements of {name}, {got / size:.2g} times its {size:,} "
+                    f"elements; a fused kernel reads each input element {limit:g} time{'s' if limit != 1 else ''}. "
+                    "Keep what you loaded in registers instead of loading it again (e.g. one tl.load of the row, "
+                    "then max, exp, sum and divide on that block)")
+    return result
+
+
+# ----------------------------------------------------------------------------------------------
+# silent mistakes
+
+
+def accumulation_probe(k: int = 4096, big: float = 2048.0, small: float = 1.0, dtype: Any = None,
+                       device: str = "cpu") -> tuple[Any, Any, Any]:
+    """``(A, B, expected)`` for a 1 x k by k x 1 fp16 product that fp16 accumulation gets wrong.
+
+    ``A`` is all ones; ``B`` holds ``big`` first and ``small`` after it. In fp32 the dot product is
+    ``big + (k - 1) * small``. A partial sum held in fp16 stops growing once it reaches ``big``
+    whenever ``small`` is at most half the fp16 spacing there (the spacing at 2048 is 2), so the
+    fp16 answer falls short by about ``small`` for every term that follows in the same partial sum.
+    ``expected`` is computed in float64 and rounded to fp16.
+    """
+    torch = _torch()
+    dtype = dtype or torch.float16
+    a = torch.ones(1, k, dtype=dtype, device=device)
+    b = torch.full((k, 1), small, dtype=dtype, device=device)
+    b[0, 0] = big
+    expected = torch.matmul(a.double(), b.double()).to(dtype)
+    return a, b, expected
+
+
+def check_accumulation(fn: Callable[..., Any], *, device: str = "cpu", probes: Sequence[tuple[float, float]] = (
+        (2048.0, 1.0), (2048.0, 1.0 / 32)), k: int = 4096, isolate: bool | None = None, **kwargs: Any) -> None:
+    """Fail if ``fn(A, B)`` loses long sums of fp16 products: the sign of an fp16 accumulator.
+
+    Each probe ``(big, small)`` is :func:`accumulation_probe`; the result must be within 0.5% of
+    the float64 answer (fp16 output rounding is below 0.05%; an fp16 accumulator is off by 2-6%).
+    """
+    label = getattr(fn, "__name__", "your function")
+    for big, small in probes:
+        a, b, expected = accumulation_probe(k, big, small, device=device)
+        out = run_guarded(fn, (a, b), names=("A", "B"), output_names=("C",), isolate=isolate,
+                          label=f"{label} on a long fp16 dot product", **kwargs)
+        if out["error"]:
+            raise GradingError(out["error"])
+        result = out["result"]
+        want = float(expected.double().item())
+        got = float(result.double().reshape(-1)[0].item()) if result is not None and result.numel() else math.nan
+        if not math.isfinite(got) or abs(got - want) > 0.005 * abs(want):
+            raise GradingError(
+                f"{label}: a 1 x {k} by {k} x 1 fp16 product whose terms are {big:g} then {k - 1} times {small:g} "
+                f"should give {want:g}, found {got:g}: your partial sums are rounded to fp16 (fp16 accumulation). "
+                "Accumulate in fp32 (tl.zeros(..., dtype=tl.float32) and convert the loaded blocks or let tl.dot "
+                "accumulate into an fp32 acc), and convert to the output dtype only at the store")
+
+
+def assert_plausible_rate(label: str, claimed: Any, flops: Any, seconds_now: float, *, factor: float = 20.0) -> None:
+    """Fail if ``claimed`` FLOP/s is off by more than ``factor`` from ``flops / seconds_now``.
+
+    ``seconds_now`` is a fresh, independent timing of the same operation. A slip of ms for s (or
+    us for s) is a factor of 1000; a MAC-for-FLOP slip changes the FLOPs, not this ratio.
+    """
+    value = claimed.to("FLOP/s").magnitude if hasattr(claimed, "to") else float(claimed)
+    f = flops.to("FLOP").magnitude if hasattr(flops, "to") else float(flops)
+    if not (seconds_now > 0 and math.isfinite(seconds_now)):
+        raise ValueError(f"assert_plausible_rate: expected a positive time in seconds, got {seconds_now!r}")
+    now = f / seconds_now
+    ratio = value / now if now else math.inf
+    if not (1 / factor <= ratio <= factor):
+        hint = ""
+        if 300 <= 1 / ratio <= 3000:
+            hint = " (about 1000 times too low: a time in ms used as seconds?)"
+        elif 300 <= ratio <= 3000:
+            hint = " (about 1000 times too high: a time in s used as ms?)"
+        raise GradingError(
+            f"{label}: your achieved rate is {value:.4g} FLOP/s but timing it again here gives {now:.4g} FLOP/s, "
+            f"{ratio:.3g} times that{hint}; divide the FLOPs by the median time in seconds (t.median)")
+
+
+def check_chain_arities(arities: Any, *, ops: int, outside_tensors: int, label: str = "arities") -> None:
+    """Check the structure of an element-wise chain's arities without giving the answer away.
+
+    ``ops`` operators in the chain read ``outside_tensors`` distinct tensors from outside it; op 0
+    reads only outside tensors, op ``i > 0`` reads the previous result plus ``arities[i] - 1``
+    outside ones, so ``sum(arities) - (ops - 1)`` must equal ``outside_tensors``.
+    """
+    if not isinstance(arities, (list, tuple)) or not all(isinstance(a, int) and not isinstance(a, bool)
+                                                         for a in arities):
+        raise GradingError(f"{label}: expected a list of integers (one per op), found {arities!r:.80}")
+    if len(arities) != ops:
+        raise GradingError(f"{label}: the chain has {ops} operators, so expected {ops} arities, found {len(arities)}")
+    if any(a < 1 for a in arities):
+        raise GradingError(f"{label}: every op reads at least one tensor, found {list(arities)}")
+    reads_outside = arities[0] + sum(a - 1 for a in arities[1:])
+    if reads_outside != outside_tensors:
+        raise GradingError(
+            f"{label}: this chain reads {outside_tensors} tensor{'s' if outside_tensors != 1 else ''} from outside it, "
+            f"but your arities count {reads_outside} (op 0 reads only outside tensors; op i > 0 reads the previous "
+            "result, which counts as one of its inputs, plus arities[i] - 1 outside tensors)")

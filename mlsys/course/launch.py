@@ -1,0 +1,212 @@
+"""Start ``world_size`` torch.distributed processes from one Python call, and get their results back.
+
+    from mlsys.course.launch import launch
+    sums = launch(my_function, 4, tensor)      # runs my_function(tensor) on ranks 0..3, returns 4 results
+
+Each rank is a child process that joins a process group (``gloo`` on CPUs, ``nccl`` on CUDA
+GPUs, rank ``r`` on GPU ``r``) before calling ``fn(*args, **kwargs)``; inside ``fn``,
+``torch.distributed.get_rank()`` and ``get_world_size()`` say who it is. No ``torchrun``, no
+environment variables to set by hand: the launcher picks a free local port.
+
+What a lab needs from it, beyond starting processes:
+
+* a **deadline**: a ring in which every rank sends before anyone receives can wait forever.
+  After ``timeout`` seconds the launcher kills every rank and raises :class:`LaunchTimeout`
+  naming the ranks that never finished, so a deadlock costs one check, not the notebook;
+* **errors come home**: an exception on any rank is raised here as :class:`LaunchError` with
+  that rank's traceback; a rank that dies (segfault, ``os._exit``) is reported with its exit code;
+* results are pickled back (CUDA tensors are moved to the CPU first).
+
+Processes are forked where the OS allows (functions defined in a notebook need not be
+importable); pass ``start_method="spawn"`` for module-level functions on CUDA when the parent has
+already used the GPU (CUDA cannot be used in a child forked after the parent initialised it; the
+launcher refuses that case with a clear message). The NVLink-multicast switches that shared GPU
+machines require (``NCCL_NVLS_ENABLE=0``, ``TORCH_SYMM_MEM_DISABLE_MULTICAST=1``,
+``NVSHMEM_DISABLE_NVLS=1``) are set in every child unless the caller's environment sets them.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import pickle
+import socket
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from datetime import timedelta
+from multiprocessing.connection import wait
+from typing import Any
+
+__all__ = ["BACKENDS", "LaunchError", "LaunchTimeout", "launch", "default_backend", "free_port"]
+
+BACKENDS = ("gloo", "nccl")
+
+# CUDA availability checked through NVML does not initialise CUDA in this process, so children
+# forked later can still use the GPU (torch reads this variable at call time).
+os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
+
+CHILD_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+
+
+class LaunchError(RuntimeError):
+    """A rank raised, died or could not start; the message names the rank and says what happened."""
+
+
+class LaunchTimeout(LaunchError):
+    """Some ranks did not finish within the deadline (a deadlock, or far too slow); all were killed."""
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def default_backend() -> str:
+    """``"nccl"`` if CUDA GPUs are visible, else ``"gloo"``."""
+    from . import device
+
+    return "nccl" if device.has_cuda() else "gloo"
+
+
+def _to_cpu(obj: Any) -> Any:
+    if type(obj).__module__.startswith("torch") and hasattr(obj, "detach") and hasattr(obj, "cpu"):
+        return obj.detach().cpu()
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_to_cpu(x) for x in obj)
+    if isinstance(obj, dict):
+        return {k: _to_cpu(v) for k, v in obj.items()}
+    return obj
+
+
+def _worker(rank: int, world_size: int, port: int, backend: str, timeout: float, threads: int,
+            fn: Callable[..., Any], args: tuple, kwargs: dict, conn: Any) -> None:
+    for key, value in CHILD_ENV.items():
+        os.environ.setdefault(key, value)
+    if sys.platform.startswith("linux"):
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # sandboxes often cannot resolve their hostname
+    status, payload = "error", ""
+    dist = None
+    try:
+        import torch
+        import torch.distributed as dist
+
+        torch.set_num_threads(threads)
+        kw: dict[str, Any] = {}
+        if backend == "nccl":
+            torch.cuda.set_device(rank)
+            kw["device_id"] = torch.device("cuda", rank)
+        dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size,
+                                timeout=timedelta(seconds=max(1.0, timeout)), **kw)
+        result = fn(*args, **kwargs)
+        if backend == "nccl":
+            torch.cuda.synchronize()
+        status, payload = "ok", pickle.dumps(_to_cpu(result))
+    except BaseException:  # every failure is reported to the parent, with its traceback
+        payload = traceback.format_exc(limit=12)
+    try:
+        conn.send((status, payload))
+    except Exception as exc:  # e.g. an unpicklable result
+        conn.send(("error", f"could not send the result back: {exc}"))
+    conn.close()
+    try:
+        if dist is not None and dist.is_initialized():
+            dist.destroy_process_group()
+    except Exception:
+        pass
+    os._exit(0)  # skip interpreter teardown, which can hang on a broken process group
+
+
+def launch(fn: Callable[..., Any], world_size: int, *args: Any, backend: str | None = None, timeout: float = 60.0,
+           start_method: str | None = None, threads: int = 1, **kwargs: Any) -> list[Any]:
+    """Run ``fn(*args, **kwargs)`` on ``world_size`` ranks of a fresh process group; one result per rank.
+
+    ``backend``: ``"gloo"`` (CPU) or ``"nccl"`` (one CUDA GPU per rank); default nccl when CUDA is
+    visible, else gloo. ``timeout`` (seconds) bounds the whole run: past it every rank is killed
+    and :class:`LaunchTimeout` raised. Each child uses ``threads`` CPU threads. Results come back
+    in rank order; an exception on a rank raises :class:`LaunchError` with its traceback.
+    """
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"world_size must be an integer number of processes >= 1, got {world_size!r}")
+    backend = backend or default_backend()
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if not timeout > 0:
+        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    method = start_method or ("fork" if "fork" in mp.get_all_start_methods() else "spawn")
+    if backend == "nccl":
+        import torch
+
+        if world_size > torch.cuda.device_count():
+            raise ValueError(f"nccl needs one GPU per rank: world_size {world_size}, "
+                             f"but {torch.cuda.device_count()} CUDA GPUs are visible")
+        if method == "fork" and torch.cuda.is_initialized():
+            raise LaunchError("this process has already used CUDA, so forked children cannot; launch before touching "
+                              "the GPU here, or pass start_method='spawn' with a function importable from a module")
+    ctx = mp.get_context(method)
+    port = free_port()
+    procs, conns = [], []
+    for rank in range(world_size):
+        parent, child = ctx.Pipe(duplex=False)
+        p = ctx.Process(target=_worker, args=(rank, world_size, port, backend, timeout, threads, fn, args, kwargs, child),
+                        daemon=True, name=f"mlsys-rank{rank}")
+        p.start()
+        child.close()
+        procs.append(p)
+        conns.append(parent)
+    label = getattr(fn, "__name__", "function")
+    results: dict[int, tuple[str, Any]] = {}  # in the order the ranks finished
+    deadline = time.monotonic() + timeout
+    grace: float | None = None  # once a rank has failed, the others get a little longer, then are killed
+    try:
+        while len(results) < world_size:
+            now = time.monotonic()
+            limit = min(deadline, grace) if grace is not None else deadline
+            if now >= limit:
+                break
+            waiting = {conns[r]: r for r in range(world_size) if r not in results}
+            sentinels = {procs[r].sentinel: r for r in waiting.values()}
+            ready = wait(list(waiting) + list(sentinels), timeout=limit - now)
+            for obj in ready:
+                r = waiting.get(obj, sentinels.get(obj))
+                if r in results:
+                    continue
+                if obj in waiting or conns[r].poll():
+                    try:
+                        results[r] = conns[r].recv()
+                    except (EOFError, OSError):
+                        procs[r].join(1)
+                        results[r] = ("died", procs[r].exitcode)
+                else:
+                    procs[r].join(1)
+                    results[r] = ("died", procs[r].exitcode)
+                if results[r][0] != "ok" and grace is None:
+                    grace = time.monotonic() + 5.0
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+        for p in procs:
+            p.join(5)
+        for c in conns:
+            c.close()
+    # the first rank to fail is the cause; the others usually fail because it left
+    failed = [(r, v) for r, v in results.items() if v[0] != "ok"]
+    if failed:
+        r, (status, payload) = failed[0]
+        also = f" (then ranks {[f for f, _ in failed[1:]]} failed too)" if len(failed) > 1 else ""
+        if status == "died":
+            raise LaunchError(f"{label}: rank {r} of {world_size} died (exit code {payload}) before returning a result{also}")
+        raise LaunchError(f"{label}: rank {r} of {world_size} raised an exception{also}:\n{payload}")
+    missing = [r for r in range(world_size) if r not in results]
+    if missing:
+        raise LaunchTimeout(
+            f"{label}: ranks {missing} of {world_size} did not finish within {timeout:g} s and were stopped. "
+            "A deadlock? Blocking sends and receives must pair up: if every rank first calls a blocking recv() "
+            "(or a blocking send() of a large message), each waits for a partner that never comes; post both "
+            "with isend/irecv or batch_isend_irecv, and make every rank issue the same sequence of calls with "
+            "matching sizes.")
+    return [pickle.loads(results[r][1]) for r in range(world_size)]

@@ -1,0 +1,199 @@
+"""The course's repository URL, set once in ``_config.yml``, and what the labs generate from it.
+
+``_config.yml``'s ``repository.url`` (and ``repository.branch``) is the one place a fork changes.
+From it this module generates, in every lab notebook:
+
+* the **Open in Colab** badge in the first markdown cell, pointing at the lab's *release* notebook
+  (``https://colab.research.google.com/github/<owner>/<repo>/blob/<branch>/labs/release/<lab>/<lab>.ipynb``);
+* the **install block** of the setup cell (the first code cell), between the lines
+  :data:`BEGIN` and :data:`END`: in Colab it runs
+  ``pip install "gpus-for-ml-mlsys @ git+<url>@<branch>"``, which brings the course package and the
+  runtime needs Colab lacks (pint and its small dependencies; numpy, matplotlib, torch and triton are
+  already there and are left alone, since pip keeps a dependency that is already satisfied).
+
+``python -m mlsys.course.site sync`` rewrites the instructor notebooks (``labs/source``) and the
+releases in place; ``python -m mlsys.course.site check`` exits 1 when any copy differs from what the
+configuration generates (a test runs it). ``mlsys.course.teach release`` calls :func:`apply` on each
+release notebook, so a release always carries the configured URL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "BEGIN",
+    "END",
+    "PACKAGE",
+    "repo_root",
+    "repository",
+    "colab_url",
+    "colab_badge",
+    "install_block",
+    "apply",
+    "notebooks",
+    "sync",
+    "check",
+    "main",
+]
+
+BEGIN = "# -- course install (generated from _config.yml by mlsys.course.site: do not edit) --"
+END = "# -- end of course install --"
+PACKAGE = "gpus-for-ml-mlsys"  # the distribution name in pyproject.toml
+
+_BADGE = re.compile(r"\[!\[Open In Colab\]\([^)]*\)\]\([^)]*\)")
+_GITHUB = re.compile(r"^https://github\.com/([A-Za-z0-9_.-]+)/([A-Za-z0-9_.-]+?)(?:\.git)?/?$")
+
+
+def repo_root() -> Path:
+    """The repository checkout this package lives in (the folder holding ``_config.yml``)."""
+    return Path(__file__).resolve().parents[2]
+
+
+def repository(config: Path | None = None) -> tuple[str, str]:
+    """``(url, branch)`` from ``_config.yml``'s ``repository`` section.
+
+    Raises ``ValueError`` when the file has no ``repository.url`` or the URL is not of the form
+    ``https://github.com/<owner>/<repo>`` (Colab opens notebooks from GitHub only).
+    """
+    import yaml
+
+    path = config or repo_root() / "_config.yml"
+    data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+    repo = data.get("repository") or {}
+    url = str(repo.get("url", "")).strip()
+    if not _GITHUB.match(url):
+        raise ValueError(f"{path}: expected repository.url of the form https://github.com/<owner>/<repo>, got {url!r}")
+    branch = str(repo.get("branch") or "main").strip()
+    return url.rstrip("/").removesuffix(".git"), branch
+
+
+def colab_url(lab: str, url: str, branch: str) -> str:
+    """The Colab address of ``labs/release/<lab>/<lab>.ipynb`` in the repository at ``url``."""
+    owner, name = _GITHUB.match(url).groups()
+    return f"https://colab.research.google.com/github/{owner}/{name}/blob/{branch}/labs/release/{lab}/{lab}.ipynb"
+
+
+def colab_badge(lab: str, url: str, branch: str) -> str:
+    """The Markdown badge that opens the lab's release in Colab."""
+    return f"[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]({colab_url(lab, url, branch)})"
+
+
+def install_block(url: str, branch: str) -> str:
+    """The setup cell's install lines: in Colab only, pip-install the course package from the repository."""
+    return "\n".join([
+        BEGIN,
+        'if "google.colab" in sys.modules:  # Colab has torch, triton, numpy and matplotlib; this adds the rest',
+        "    import subprocess",
+        "",
+        '    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet",',
+        f'                    "{PACKAGE} @ git+{url}@{branch}"], check=True)',
+        END,
+    ])
+
+
+def _src(cell: dict[str, Any]) -> str:
+    return cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
+
+
+def apply(nb: dict[str, Any], lab: str, url: str | None = None, branch: str | None = None) -> dict[str, Any]:
+    """Write the configured badge and install block into notebook ``nb`` (in place); return it.
+
+    Raises ``ValueError`` if the first markdown cell has no Colab badge or the first code cell has
+    no install block between :data:`BEGIN` and :data:`END` (a lab must have both).
+    """
+    if url is None or branch is None:
+        url, branch = repository()
+    cells = nb.get("cells", [])
+    md = next((c for c in cells if c.get("cell_type") == "markdown"), None)
+    code = next((c for c in cells if c.get("cell_type") == "code"), None)
+    if md is None or not _BADGE.search(_src(md)):
+        raise ValueError(f"{lab}: expected an 'Open In Colab' badge in the first markdown cell")
+    if code is None or BEGIN not in _src(code) or END not in _src(code):
+        raise ValueError(f"{lab}: expected the first code cell to hold the install block ({BEGIN!r} ... {END!r})")
+    _set(md, _BADGE.sub(lambda _m: colab_badge(lab, url, branch), _src(md), count=1))
+    src = _src(code)
+    start, stop = src.index(BEGIN), src.index(END) + len(END)
+    _set(code, src[:start] + install_block(url, branch) + src[stop:])
+    return nb
+
+
+def _set(cell: dict[str, Any], text: str) -> None:
+    """Set a cell's source, keeping its form (one string, or a list of lines as nbgrader writes it)."""
+    cell["source"] = text.splitlines(keepends=True) if isinstance(cell["source"], list) else text
+
+
+def notebooks(root: Path | None = None, kinds: tuple[str, ...] = ("source", "release")) -> list[tuple[str, Path]]:
+    """``(lab, path)`` of every instructor (``source``) and student (``release``) notebook under ``labs/``."""
+    labs = (root or repo_root()) / "labs"
+    out = []
+    for kind in kinds:
+        for path in sorted((labs / kind).glob("*/*.ipynb")):
+            if path.stem == path.parent.name:
+                out.append((path.stem, path))
+    return out
+
+
+def _dump(nb: dict[str, Any]) -> str:
+    return json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def sync(root: Path | None = None, kinds: tuple[str, ...] = ("source", "release")) -> list[Path]:
+    """Rewrite every lab notebook whose badge or install block differs from the configuration.
+
+    Releases are regenerated from the sources by ``mlsys.course.teach release``, which applies the
+    same substitution; syncing them here keeps a committed release in step without nbgrader.
+    """
+    url, branch = repository((root or repo_root()) / "_config.yml")
+    changed = []
+    for lab, path in notebooks(root, kinds):
+        text = path.read_text(encoding="utf-8")
+        new = _dump(apply(json.loads(text), lab, url, branch))
+        if new != text:
+            path.write_text(new, encoding="utf-8")
+            changed.append(path)
+    return changed
+
+
+def check(root: Path | None = None) -> list[str]:
+    """Problems: notebooks whose badge or install block differ from ``_config.yml`` (empty when in sync)."""
+    url, branch = repository((root or repo_root()) / "_config.yml")
+    problems = []
+    for lab, path in notebooks(root):
+        nb = json.loads(path.read_text(encoding="utf-8"))
+        before = json.dumps(nb, sort_keys=True)
+        try:
+            after = json.dumps(apply(nb, lab, url, branch), sort_keys=True)
+        except ValueError as exc:
+            problems.append(f"{path}: {exc}")
+            continue
+        if before != after:
+            problems.append(f"{path}: its Colab badge or install block differs from _config.yml's repository "
+                            "(run `python -m mlsys.course.site sync`)")
+    return problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m mlsys.course.site", description=__doc__.split("\n")[0])
+    parser.add_argument("command", choices=["sync", "check", "url"])
+    args = parser.parse_args(argv)
+    if args.command == "url":
+        print(*repository())
+        return 0
+    if args.command == "sync":
+        for path in sync(kinds=("source",)) + sync(kinds=("release",)):
+            print(f"updated {path}")
+        return 0
+    problems = check()
+    for p in problems:
+        print(p, file=sys.stderr)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

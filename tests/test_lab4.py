@@ -1,0 +1,290 @@
+"""Lab 4 (collectives by hand): the launcher, the bandwidth helpers, the reference ring, the recorded
+H200 figures, the notebook's structure and its bad-submission corpus.
+
+Expected values are worked out by hand in the comments (sums of known per-rank tensors, bandwidths
+from sizes and times) or come from an independent source (the H200 datasheet's NVLink figure).
+Processes are real gloo processes on the CPU, kept small so the module runs in well under a minute.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from mlsys import Q_, comm, hardware
+from mlsys.units import DimensionError
+
+torch = pytest.importorskip("torch")
+
+from mlsys.bench import experiment  # noqa: E402
+from mlsys.bench.experiments import _collectives as coll  # noqa: E402
+from mlsys.bench.experiments import nccl_allreduce  # noqa: E402
+from mlsys.bench.records import load_experiment  # noqa: E402
+from mlsys.course.launch import LaunchError, LaunchTimeout, launch  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+NOTEBOOK = REPO / "labs" / "source" / "lab4_collectives" / "lab4_collectives.ipynb"
+CORPUS = Path(__file__).resolve().parent / "bad_submissions" / "lab4"
+
+
+# ------------------------------------------------------------------------------ mlsys.comm additions
+
+
+def test_algorithm_and_bus_bandwidth_by_hand():
+    # 1 GiB in 10 ms: algbw = 2**30 / 0.01 = 107.374 GB/s; on 4 GPUs busbw = algbw * 2 * 3 / 4 = 161.061 GB/s
+    assert comm.algorithm_bandwidth(2**30, Q_(10, "ms")).to("GB/s").magnitude == pytest.approx(107.3741824)
+    assert comm.bus_bandwidth(2**30, Q_(10, "ms"), 4).to("GB/s").magnitude == pytest.approx(161.0612736)
+    # p = 2: busbw = algbw; p = 1: nothing moves, busbw 0
+    assert comm.bus_bandwidth(1000, Q_(1, "us"), 2).to("byte/s").magnitude == pytest.approx(1e9)
+    assert comm.bus_bandwidth(1000, Q_(1, "us"), 1).magnitude == 0
+    with pytest.raises(DimensionError):
+        comm.algorithm_bandwidth(1000, 0.001)  # a plain number is not a time
+    with pytest.raises(ValueError):
+        comm.algorithm_bandwidth(1000, Q_(0, "s"))
+
+
+@pytest.mark.parametrize("p", [2, 3, 8])
+def test_fit_recovers_known_latency_and_bandwidth(p):
+    # times made from alpha = 7 us per step and 200 GB/s with the textbook ring formula, written out here
+    alpha, bw = 7e-6, 200e9
+    sizes = [4**k for k in range(3, 15)]
+    times = [Q_(2 * (p - 1) * alpha + 2 * (p - 1) / p * n / bw, "s") for n in sizes]
+    got_alpha, got_bw = comm.fit_latency_bandwidth(sizes, times, p)
+    assert got_alpha.to("s").magnitude == pytest.approx(alpha, rel=1e-9)
+    assert got_bw.to("byte/s").magnitude == pytest.approx(bw, rel=1e-9)
+
+
+def test_fit_rejects_what_it_cannot_fit():
+    with pytest.raises(ValueError, match="world_size >= 2"):
+        comm.fit_latency_bandwidth([1, 2], [Q_(1, "s"), Q_(2, "s")], 1)
+    with pytest.raises(ValueError, match="two distinct"):
+        comm.fit_latency_bandwidth([8, 8], [Q_(1, "s"), Q_(2, "s")], 2)
+    with pytest.raises(ValueError, match="as many"):
+        comm.fit_latency_bandwidth([8, 16], [Q_(1, "s")], 2)
+    # noise that makes the intercept negative: clipped to zero latency, bandwidth still positive
+    a, b = comm.fit_latency_bandwidth([1000, 2000, 4000], [Q_(0.9e-6, "s"), Q_(2.0e-6, "s"), Q_(4.2e-6, "s")], 2)
+    assert a.magnitude >= 0 and b.magnitude > 0
+
+
+# ------------------------------------------------------------------------------ the launcher
+
+
+def _rank_and_size(offset):
+    import torch.distributed as dist
+
+    return dist.get_rank() + offset, dist.get_world_size()
+
+
+def _raise_on_rank_1():
+    import torch.distributed as dist
+
+    if dist.get_rank() == 1:
+        raise ValueError("rank one is unhappy")
+    dist.barrier()  # rank 0 waits for a peer that has gone: the launcher must not wait for it
+    return "unreachable"
+
+
+def _both_receive_first():
+    import torch.distributed as dist
+
+    t = torch.zeros(4)
+    dist.recv(t, (dist.get_rank() + 1) % 2)  # both wait for a message nobody sends
+    return t
+
+
+def _die():
+    os._exit(3)
+
+
+def test_launch_returns_results_in_rank_order():
+    assert launch(_rank_and_size, 3, 10, backend="gloo", timeout=60) == [(10, 3), (11, 3), (12, 3)]
+    assert launch(_rank_and_size, 1, 0, backend="gloo", timeout=60) == [(0, 1)]
+
+
+def test_launch_reports_the_rank_that_raised():
+    with pytest.raises(LaunchError, match=r"(?s)rank 1 of 2 raised.*rank one is unhappy"):
+        launch(_raise_on_rank_1, 2, backend="gloo", timeout=60)
+
+
+def test_launch_stops_a_deadlock_and_says_so():
+    with pytest.raises(LaunchError, match="(?i)deadlock|did not finish|timed out"):
+        launch(_both_receive_first, 2, backend="gloo", timeout=4)
+
+
+def test_launch_timeout_names_the_ranks():
+    def sleepy():
+        import time
+
+        time.sleep(30)
+
+    with pytest.raises(LaunchTimeout, match=r"ranks \[0, 1\] of 2 did not finish within 2 s"):
+        launch(sleepy, 2, backend="gloo", timeout=2)
+
+
+def test_launch_reports_a_dead_rank():
+    with pytest.raises(LaunchError, match="died"):
+        launch(_die, 2, backend="gloo", timeout=30)
+
+
+def test_launch_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="world_size"):
+        launch(_die, 0)
+    with pytest.raises(ValueError, match="backend"):
+        launch(_die, 2, backend="mpi")
+    with pytest.raises(ValueError, match="timeout"):
+        launch(_die, 2, backend="gloo", timeout=0)
+
+
+# ------------------------------------------------------------------------------ the reference ring
+
+
+@pytest.mark.parametrize("n, parts, expected", [
+    (10, 4, [0, 2, 5, 7, 10]),  # 10 * i // 4 for i = 0..4
+    (3, 5, [0, 0, 1, 1, 2, 3]),  # fewer elements than parts: some chunks are empty
+    (12, 3, [0, 4, 8, 12]),
+])
+def test_bounds_by_hand(n, parts, expected):
+    assert coll.bounds(n, parts) == expected
+
+
+def _ring_on_known_data(lengths, segments, ngroups):
+    import torch.distributed as dist
+
+    r = dist.get_rank()
+    groups = [None] + [dist.new_group() for _ in range(ngroups - 1)]
+    out = []
+    for n in lengths:
+        x = torch.arange(n, dtype=torch.float64) * (r + 1)  # rank r holds (r + 1) * [0, 1, ..., n-1]
+        coll.ring_allreduce(x, segments, groups)
+        out.append(x)
+    return out
+
+
+@pytest.mark.parametrize("p, segments, ngroups", [(1, 1, 1), (2, 1, 1), (3, 2, 1), (4, 4, 2), (3, 8, 4)])
+def test_reference_ring_sums_by_hand(p, segments, ngroups):
+    # sum over ranks of (r + 1) * i = i * p (p + 1) / 2, for lengths below, at and off multiples of p
+    lengths = [1, 2, p + 1, 7 * p + 3, 1000]
+    for rank_out in launch(_ring_on_known_data, p, lengths, segments, ngroups, backend="gloo", timeout=90):
+        for n, x in zip(lengths, rank_out, strict=True):
+            expected = torch.arange(n, dtype=torch.float64) * (p * (p + 1) / 2)
+            assert torch.equal(x, expected), f"p={p}, n={n}, segments={segments}, groups={ngroups}"
+
+
+# ------------------------------------------------------------------------------ the experiments
+
+
+def test_experiments_are_registered():
+    cat = experiment.catalogue()
+    assert cat["nccl_allreduce"].needs == "cuda:2" and cat["ring_allreduce"].needs == "any"
+    assert "lab4_collectives" in cat["ring_allreduce"].shown_in[0]
+    assert nccl_allreduce.sizes(False)[0] == 4 and nccl_allreduce.sizes(False)[-1] == 2**30
+
+
+def test_summarise_uses_the_slowest_rank_and_fit_the_model():
+    # two ranks, two sizes; the slowest rank's median is the time
+    per_rank = [{"library": [{"median": 1e-5}, {"median": 1e-3}]}, {"library": [{"median": 2e-5}, {"median": 0.5e-3}]}]
+    res = nccl_allreduce.summarise([1000, 2**20], per_rank, "library", 2)
+    first, second = res["sweep"]
+    assert first["time"]["value"] == 2e-5 and second["time"]["value"] == 1e-3
+    # 2**20 B in 1 ms on 2 ranks: algbw = busbw = 1.048576 GB/s
+    assert second["busbw"]["value"] == pytest.approx(1.048576)
+    fit = nccl_allreduce.fit(res["sweep"], 2)
+    assert fit["latency"]["unit"] == "s" and fit["bandwidth"]["value"] > 0
+
+
+@pytest.mark.slow
+def test_ring_experiment_runs_quick_on_cpu(tmp_path):
+    rec = experiment.run("ring_allreduce", quick=True, device="cpu", out=tmp_path)
+    two = rec["results"]["world_sizes"]["2"]
+    assert 0 < two["share"]["value"] and two["overlap"]["gradient"]["value"] > 0
+
+
+# ------------------------------------------------------------------------------ the recorded H200 run
+
+
+def test_recorded_h200_figures_meet_the_issue():
+    nccl = load_experiment("nccl_allreduce", device="nvidia-h200")
+    ring = load_experiment("ring_allreduce", device="nvidia-h200")
+    assert nccl.device == "NVIDIA H200" and ring.device == "NVIDIA H200"
+    nvlink = hardware.get("H200-SXM").interconnect_bandwidth.to("GB/s").magnitude  # datasheet, per direction
+    two = nccl["world_sizes"]["2"]
+    for row in two["sweep"]:
+        n, t = row["size"]["value"], row["time"]["value"]
+        # p = 2: busbw = algbw = n / t, recomputed here from the stored size and time
+        assert row["busbw"]["value"] == pytest.approx(n / t / 1e9, rel=1e-9)
+        assert row["busbw"]["value"] <= nvlink
+    assert two["sweep"][0]["size"]["value"] == 4 and two["sweep"][-1]["size"]["value"] == 2**30
+    assert 0 < two["fit"]["bandwidth"]["value"] <= nvlink
+    assert 0 < two["fit"]["latency"]["value"] < 1e-4
+    assert two["fit"]["max_deviation_from_1MiB"]["value"] <= 0.35  # the margin the lab states
+    assert two["latency_floor"]["value"] == min(r["time"]["value"] for r in two["sweep"])
+    r2 = ring["world_sizes"]["2"]
+    assert r2["reference_size"]["value"] == 256 * 2**20
+    assert r2["share"]["value"] >= 0.8  # issue 16: at least 80% of NCCL's bus bandwidth at 256 MiB
+    best = f"ring{r2['best']['segments']}" + (f"x{r2['best']['groups']}" if r2["best"]["groups"] > 1 else "")
+    assert r2["share"]["value"] == max(v["value"] for v in r2["share_by_variant"].values())
+    assert r2["share_by_variant"][best]["value"] == r2["share"]["value"]
+
+
+def test_recorded_gloo_run_covers_world_size_4():
+    rec = load_experiment("ring_allreduce", device="intel-xeon-processor")
+    assert rec["backend"] == "gloo" and set(rec["world_sizes"]) == {"2", "4"}
+
+
+# ------------------------------------------------------------------------------ the notebook
+
+
+def _cells() -> list[dict]:
+    return json.loads(NOTEBOOK.read_text(encoding="utf-8"))["cells"]
+
+
+def _src(cell: dict) -> str:
+    return "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+
+
+def test_notebook_grade_cells_and_points():
+    graded = {c["metadata"]["nbgrader"]["grade_id"]: c for c in _cells() if c["metadata"].get("nbgrader", {}).get("grade")}
+    points = {k: c["metadata"]["nbgrader"]["points"] for k, c in graded.items()}
+    assert points == {"test_predict": 3, "test_chunk_bounds": 2, "test_ring": 3, "test_ring_uneven": 3,
+                      "test_bandwidths": 1, "explain_gap": 3, "test_overlap_bounds": 2,
+                      "test_data_parallel_step": 3, "perf_ring": 2}
+    assert graded["explain_gap"]["cell_type"] == "markdown" and graded["explain_gap"]["metadata"]["nbgrader"]["solution"]
+    perf = _src(graded["perf_ring"])
+    assert "grading.performance_tier(" in perf and "full_at=0.7" in perf and "grading.NOT_GRADED" in perf
+    assert perf.strip().splitlines()[-1].startswith("grading.award(")
+    # the ring is checked on fresh inputs after timing, inside the timed processes
+    ring_share = next(_src(c) for c in _cells() if "def ring_share_of_nccl" in _src(c))
+    assert ring_share.index("fresh = ") > ring_share.index("mine = time_fn")
+
+
+def test_notebook_solution_ring_uses_no_collective():
+    ring = next(_src(c) for c in _cells() if c["metadata"].get("nbgrader", {}).get("grade_id") == "ring")
+    body = ring.split("### BEGIN SOLUTION")[1]
+    for name in ("all_reduce", "reduce_scatter", "all_gather", "broadcast"):
+        assert f"dist.{name}" not in body
+
+
+@pytest.mark.slow
+def test_bad_submissions_get_their_expected_rows(tmp_path):
+    """A deadlocking ring, one that calls dist.all_reduce, one that only works for multiples of p."""
+    from mlsys.course import teach
+
+    expected = json.loads((CORPUS / "expected.json").read_text())
+    root = tmp_path / "course"
+    (root / "source").mkdir(parents=True)
+    shutil.copy2(REPO / "labs" / "nbgrader_config.py", root / "nbgrader_config.py")
+    shutil.copytree(NOTEBOOK.parent, root / "source" / "lab4_collectives")
+    for name in expected:
+        dest = root / "submitted" / name / "lab4_collectives" / "lab4_collectives.ipynb"
+        dest.parent.mkdir(parents=True)
+        shutil.copy2(CORPUS / f"{name}.nb.json", dest)
+    rows = {r.student: r for r in teach.grade(root, timeout=900, feedback=False, verbose=False, jobs=2)}
+    for name, want in expected.items():
+        row = rows[name]
+        assert row.status == want["status"], f"{name}: {row}"
+        assert row.correctness_score == want["correctness_score"], f"{name}: {row}"
+        assert row.correctness_max == 17, f"{name}: {row}"

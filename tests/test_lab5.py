@@ -1,0 +1,305 @@
+"""Lab 5 (FlashAttention in Triton): the notebook, its reference kernel, its experiment and its H100 record.
+
+The kernel and the NumPy online softmax are taken from the instructor notebook's cells (by grade_id,
+as the experiment ``lab5_attention`` does) and run under the Triton interpreter on a CPU. Expected
+values are worked out by hand in the comments, or come from PyTorch's attention (an independent
+implementation).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import mlsys
+
+mlsys.course.device.setup()  # TRITON_INTERPRET=1 without CUDA, before the kernels are defined
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")
+F = torch.nn.functional
+
+from mlsys.bench import experiment as runner  # noqa: E402
+from mlsys.bench.experiments import lab5_attention as experiment  # noqa: E402
+from mlsys.course import grading  # noqa: E402
+from mlsys.course.nbexec import code_cells, exec_cells  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+NOTEBOOK = REPO / "labs" / "source" / "lab5_attention" / "lab5_attention.ipynb"
+RELEASE = REPO / "labs" / "release" / "lab5_attention" / "lab5_attention.ipynb"
+CORPUS = Path(__file__).resolve().parent / "bad_submissions" / "lab5"
+DEVICE = mlsys.course.device.default_device()
+
+kernels = experiment.load_reference()
+attention = kernels["attention"]
+online = exec_cells(NOTEBOOK, ["online_softmax"], {"__name__": "lab5"})
+
+
+def _cells() -> list[dict]:
+    return json.loads(NOTEBOOK.read_text(encoding="utf-8"))["cells"]
+
+
+def _source(cell: dict) -> str:
+    return "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+
+
+def _cell(grade_id: str) -> str:
+    return next(c.source for c in code_cells(NOTEBOOK) if c.grade_id == grade_id)
+
+
+# ------------------------------------------------------------------------------ notebook structure
+
+
+def test_nbgrader_metadata_and_grade_ids():
+    ids, points = [], {}
+    for cell in _cells():
+        meta = cell.get("metadata", {}).get("nbgrader")
+        if meta is None:
+            continue
+        assert meta["schema_version"] == 3
+        ids.append(meta["grade_id"])
+        src = _source(cell)
+        if meta["solution"]:
+            assert "### BEGIN SOLUTION" in src and "### END SOLUTION" in src, meta["grade_id"]
+        if meta["grade"]:
+            points[meta["grade_id"]] = meta["points"]
+            if cell["cell_type"] == "code":
+                assert meta["grade_id"].startswith(("test_", "perf_")) and meta["locked"]
+                assert "raises-exception" in cell["metadata"].get("tags", [])
+    assert len(ids) == len(set(ids))
+    assert points == {"test_predict": 3, "test_online_update": 2, "test_streamed_attention": 2,
+                      "test_online_softmax_adversarial": 3, "test_attention": 4, "test_attention_causal": 3,
+                      "test_attention_fp16_stable": 2, "explain": 3, "perf_attention": 2, "perf_attention_causal": 2}
+
+
+def test_perf_cells_use_the_tier_and_recheck_after_timing():
+    for gid, full_at in (("perf_attention", "full_at=0.7"), ("perf_attention_causal", "full_at=0.6")):
+        src = _cell(gid)
+        assert "grading.performance_tier(" in src and full_at in src
+        assert src.index("check_on_fresh_inputs") > src.index("performance_tier")
+        assert src.strip().splitlines()[-1].startswith("grading.award(")
+    assert "4096" in _cell("perf_attention") and "head_dim=64" in _cell("perf_attention")
+
+
+def test_experiment_loads_the_notebook_kernel_not_a_copy():
+    src = Path(experiment.__file__).read_text(encoding="utf-8")
+    assert "@triton.jit" not in src and "tl.load" not in src
+    assert experiment.NOTEBOOK.samefile(NOTEBOOK)
+
+
+# ------------------------------------------------------------------------------ the kernel, by hand
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_one_key_returns_its_value(causal):
+    # softmax over a single key is 1: out = v
+    q, k, v = (torch.randn(2, 3, 1, 16, device=DEVICE) for _ in range(3))
+    grading.assert_close(attention(q, k, v, causal=causal), v, rtol=1e-6, atol=1e-6)
+
+
+def test_two_keys_by_hand():
+    # scale 1, q = e0, keys 0 and ln(3) e0: scores [0, ln 3] -> weights [1/4, 3/4]
+    d = 16
+    q = torch.zeros(1, 1, 2, d, device=DEVICE)
+    q[..., 0] = 1.0
+    k = torch.zeros(1, 1, 2, d, device=DEVICE)
+    k[0, 0, 1, 0] = math.log(3.0)
+    v = torch.zeros(1, 1, 2, d, device=DEVICE)
+    v[0, 0, 0, :] = 4.0
+    v[0, 0, 1, :] = 8.0
+    out = attention(q, k, v, scale=1.0)
+    grading.assert_close(out, torch.full((1, 1, 2, d), 0.25 * 4 + 0.75 * 8, device=DEVICE), rtol=1e-6, atol=1e-6)
+    # causal: query 0 sees only key 0 (-> 4), query 1 both keys (-> 7)
+    out = attention(q, k, v, causal=True, scale=1.0)
+    grading.assert_close(out[0, 0, :, 0], torch.tensor([4.0, 7.0], device=DEVICE), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("n", [5, 33, 70])
+def test_equal_keys_average_the_values(n):
+    # identical keys give every visible key the same weight: the mean of v, or with the causal
+    # mask the running mean of v[0..i]
+    q = torch.randn(1, 2, n, 32, device=DEVICE)
+    k = torch.randn(1, 2, 1, 32, device=DEVICE).expand(1, 2, n, 32)
+    v = torch.randn(1, 2, n, 32, device=DEVICE)
+    grading.assert_close(attention(q, k, v), v.mean(dim=2, keepdim=True).expand_as(v).contiguous(),
+                         rtol=1e-5, atol=1e-5)
+    counts = torch.arange(1, n + 1, device=DEVICE, dtype=torch.float32)[:, None]
+    grading.assert_close(attention(q, k, v, causal=True), v.cumsum(dim=2) / counts, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("shape", [(1, 1, 17, 16), (2, 3, 33, 32), (1, 2, 65, 64), (1, 1, 100, 64), (1, 1, 31, 128)])
+def test_matches_pytorch_on_odd_sizes(shape, causal):
+    q, k, v = (torch.randn(*shape, device=DEVICE) for _ in range(3))
+    expected = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    grading.assert_close(attention(q, k, v, causal=causal), expected, rtol=1e-4, atol=1e-5)
+
+
+def test_fp16_with_large_scores_is_finite_and_close():
+    # scores of a few hundred: exp of them overflows fp16 (max 65504 = exp(11.09)) without the running max
+    q, k, v = (torch.randn(1, 1, 40, 32, device=DEVICE) for _ in range(3))
+    q, k, v = (q * 8).half(), (k * 8).half(), v.half()
+    out = attention(q, k, v, causal=True)
+    assert out.dtype == torch.float16
+    expected = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True).half()
+    grading.assert_close(out, expected, rtol=2e-2, atol=2e-2)
+
+
+def test_bad_input_is_refused():
+    x = torch.randn(1, 1, 8, 16)
+    with pytest.raises(ValueError, match="one shape"):
+        attention(x, x[..., :4, :], x)
+    with pytest.raises(ValueError, match="head_dim"):
+        attention(*(torch.randn(1, 1, 8, 48) for _ in range(3)))
+    with pytest.raises(TypeError, match="dtype"):
+        attention(*(torch.ones(1, 1, 8, 16, dtype=torch.int32) for _ in range(3)))
+    with pytest.raises(TypeError, match="torch tensors"):
+        attention(np.zeros((1, 1, 8, 16)), x, x)
+
+
+def test_reference_makes_no_library_calls():
+    grading.assert_no_library_calls(attention, forbidden=grading.FORBIDDEN_TORCH_OPS)
+
+
+# ------------------------------------------------------------------------------ the online softmax
+
+
+def test_online_update_by_hand():
+    # start empty; scores [0, ln 2] with values 2 and 5: m = ln 2, p = [1/2, 1], l = 3/2,
+    # acc = 1/2 * 2 + 1 * 5 = 6, acc / l = 4 = (1 * 2 + 2 * 5) / 3
+    m, total, acc = online["online_update"](np.array([-np.inf]), np.zeros(1), np.zeros((1, 1)),
+                                        np.array([[0.0, math.log(2.0)]]), np.array([[2.0], [5.0]]))
+    assert m[0] == pytest.approx(math.log(2.0)) and total[0] == pytest.approx(1.5) and acc[0, 0] == pytest.approx(6.0)
+
+
+def test_streamed_attention_masked_and_huge():
+    rng = np.random.default_rng(3)
+    s = rng.uniform(-5e3, 5e3, size=(4, 9))
+    s[0, :6] = -np.inf
+    s[3] = -np.inf
+    v = rng.standard_normal((9, 3))
+    out = online["streamed_attention"](s, v, 2)
+    # row 3 sees nothing: zeros by the lab's convention; rows 0..2 against a float64 softmax
+    assert np.all(out[3] == 0)
+    live = s[:3]
+    w = np.exp(live - live.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(out[:3], (w / w.sum(axis=1, keepdims=True)) @ v, rtol=1e-10, atol=1e-12)
+
+
+# ------------------------------------------------------------------------------ the test cells catch the usual mistakes
+
+
+def _run_tests_against(replaced: dict[str, str], tests: list[str], base: list[str]) -> dict[str, str]:
+    """Execute the notebook's ``base`` cells with some cell sources rewritten, then each test cell;
+    return test grade_id -> "ok" or the error's type and message."""
+    cells = {c.grade_id: c.source for c in code_cells(NOTEBOOK)}
+    ns: dict = {"__name__": "lab5_check"}
+    from mlsys.course.nbexec import exec_cell
+
+    for gid in base:
+        src = cells[gid]
+        for old, new in replaced.get(gid, {}).items():
+            assert old in src, (gid, old)
+            src = src.replace(old, new)
+        exec_cell(src, f"<lab5:{gid}>", ns)
+    results = {}
+    for gid in tests:
+        try:
+            exec_cell(cells[gid], f"<lab5:{gid}>", ns)
+            results[gid] = "ok"
+        except Exception as exc:  # noqa: BLE001 -- a failing check is the finding
+            results[gid] = f"{type(exc).__name__}: {exc}"
+    return results
+
+
+def test_textbook_online_update_fails_on_masked_leading_blocks():
+    # without the -inf guard, -inf - (-inf) = NaN poisons the rows whose first block is masked
+    naive = {"online_softmax": {'shift = np.where(np.isneginf(m_new), 0.0, m_new)': "shift = m_new"}}
+    with np.errstate(invalid="ignore"):
+        res = _run_tests_against(naive, ["test_online_update", "test_streamed_attention",
+                                         "test_online_softmax_adversarial"], ["setup", "imports", "online_softmax"])
+    assert res["test_online_softmax_adversarial"].startswith("GradingError") and "NaN" in res["test_online_softmax_adversarial"]
+
+
+def test_kernel_without_rescaling_fails_the_attention_tests():
+    # forgetting acc *= alpha leaves terms summed under an old, smaller max: wrong outputs
+    bad = {"attend_blocks": {"acc = acc * alpha[:, None]": "pass"}}
+    res = _run_tests_against(bad, ["test_attention", "test_attention_causal"],
+                             ["setup", "imports", "attend_blocks", "attention_kernel", "attention_launcher"])
+    assert res["test_attention"].startswith("GradingError") and "differ" in res["test_attention"]
+    assert res["test_attention_causal"].startswith("GradingError")
+
+
+# ------------------------------------------------------------------------------ the experiment and its H100 record
+
+
+def test_experiment_is_registered_and_runs_quick_on_this_machine(tmp_path):
+    exp = runner.get("lab5_attention")
+    assert exp.needs == "any" and exp.shown_in == ("labs/release/lab5_attention/lab5_attention",)
+    if DEVICE == "cuda":
+        pytest.skip("the quick run is a CPU smoke test")
+    rec = runner.run("lab5_attention", quick=True, out=tmp_path)
+    sweeps = rec["results"]["sweeps"]
+    assert [(s["head_dim"], s["causal"]) for s in sweeps] == [(16, False), (16, True), (32, False), (32, True)]
+    row = sweeps[0]["rows"][0]
+    # N = 32, D = 16, tokens 64 -> batch 2, width 32 -> 2 heads: 4 * 2 * 2 * 16 * 32**2 FLOP
+    assert (row["batch"], row["heads"]) == (2, 2) and row["flops"]["value"] == 4 * 2 * 2 * 16 * 32**2
+    assert row["reference"]["max_abs_difference"] < 1e-4
+
+
+def test_recorded_h100_run_meets_the_targets():
+    rec = mlsys.bench.records.load_experiment("lab5_attention", device="nvidia-h100-80gb-hbm3")
+    assert "H100" in rec.device and rec.results["dtype"] == "fp16"
+    peak = mlsys.hardware.get("H100").peak("fp16")
+    seen = set()
+    for i, sweep in enumerate(rec.results["sweeps"]):
+        for j, row in enumerate(sweep["rows"]):
+            ref, sdpa, naive = (rec.q("sweeps", i, "rows", j, name, "throughput") for name in ("reference", "sdpa", "naive"))
+            # independent bounds: nothing beats the datasheet's dense fp16 peak, and the share is the ratio of times
+            assert ref < peak and sdpa < peak
+            assert row["reference_share_of_sdpa"] == pytest.approx((ref / sdpa).to("").magnitude)
+            assert row["reference"]["max_abs_difference"] < 0.01
+            if row["seq_len"] >= 2048:
+                assert naive < ref  # the materialised score matrix loses at long sequences
+            if row["seq_len"] == 4096:
+                need = 0.6 if sweep["causal"] else 0.7
+                assert row["reference_share_of_sdpa"] >= need, (sweep["head_dim"], sweep["causal"])
+                seen.add((sweep["head_dim"], sweep["causal"]))
+    assert seen == {(64, False), (64, True), (128, False), (128, True)}
+
+
+# ------------------------------------------------------------------------------ graded end to end
+
+
+@pytest.mark.slow
+def test_bad_submissions_lose_the_right_points(tmp_path):
+    """nbgrader through mlsys.course.teach: instructor full marks, untouched release zero, the
+    corpus as in expected.json."""
+    from mlsys.course import teach
+
+    root = tmp_path / "labs"
+    (root / "source").mkdir(parents=True)
+    shutil.copy(REPO / "labs" / "nbgrader_config.py", root / "nbgrader_config.py")
+    shutil.copytree(NOTEBOOK.parent, root / "source" / "lab5_attention")
+    cases = {"instructor": NOTEBOOK, "untouched": RELEASE}
+    cases.update({p.name.removesuffix(".nb.json"): p for p in CORPUS.glob("*.nb.json")})
+    for student, path in cases.items():
+        d = root / "submitted" / student / "lab5_attention"
+        d.mkdir(parents=True)
+        shutil.copy(path, d / "lab5_attention.ipynb")
+    rows = {r.student: r for r in teach.grade(root, timeout=600, feedback=False, verbose=False, jobs=2)}
+    expected = json.loads((CORPUS / "expected.json").read_text())
+    expected["instructor"] = {"status": "ok", "correctness_score": 19, "correctness_max": 19}
+    expected["untouched"] = {"status": "ok", "correctness_score": 0, "correctness_max": 19}
+    for student, want in expected.items():
+        row = rows[student]
+        for key, value in want.items():
+            if key == "performance" and grading.has_cuda():
+                continue
+            assert getattr(row, key) == value, f"{student}.{key}: expected {value!r}, got {getattr(row, key)!r} ({row})"
+        assert row.manual_max == 3

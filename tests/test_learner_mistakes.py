@@ -1,0 +1,311 @@
+"""A corpus of typical learner mistakes in Labs 1-3: each costs exactly its exercise's points.
+
+Every mistake is injected into the instructor notebook (a small edit of one solution cell), the
+notebook runs as a kernel would (every code cell in order, in one namespace, in a child process so
+that nothing a kernel does can touch pytest), and the test asserts that
+
+* exactly the graded cells of that exercise fail (the points lost are that exercise's points: no
+  other cell loses points through a ``NameError`` or a dead kernel), and
+* the failing cell's message names the mistake.
+
+The expected cells and messages are written here by hand from what each mistake does, not copied
+from a run. A second, static test checks that every hidden-test block imports what it uses.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+LABS = REPO / "labs" / "source"
+NOTEBOOKS = {lab: LABS / lab / f"{lab}.ipynb" for lab in ("lab1_roofline", "lab2_tiled_matmul", "lab3_fusion")}
+
+# cells that take time and grade nothing (plots and benchmarks of the reference kernels)
+HEAVY = {"lab1_roofline": ("plot",), "lab2_tiled_matmul": ("benchmark", "tma_check", "smem_table"),
+         "lab3_fusion": ("compare", "count_show")}
+
+
+def _src(cell: dict) -> str:
+    return cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
+
+
+def _gid(cell: dict) -> str:
+    return cell.get("metadata", {}).get("nbgrader", {}).get("grade_id", "")
+
+
+@dataclass(frozen=True)
+class Mistake:
+    lab: str
+    name: str
+    cell: str  # grade_id of the solution cell edited
+    old: str | tuple[str, ...]  # text(s) of the instructor solution ...
+    new: str | tuple[str, ...]  # ... replaced by the learner's mistake
+    lost: frozenset[str]  # graded cells that must fail: the exercise's test cells
+    message: str  # a regular expression the failing cell's message must match
+
+
+MISTAKES = [
+    Mistake("lab1_roofline", "MACs instead of FLOPs", "counts",
+            "flops = 2 * m * n * k", "flops = m * n * k",
+            frozenset({"test_matmul_counts"}), r"count FLOPs, not MACs"),
+    Mistake("lab1_roofline", "ms taken as seconds", "time_ops",
+            'achieved = (flops / Q_(t.median, "s")).to("FLOP/s")',
+            'achieved = (flops / Q_(t.median * 1e3, "s")).to("FLOP/s")  # "the time is in ms"',
+            frozenset({"test_points"}), r"ms used as seconds"),
+    Mistake("lab2_tiled_matmul", "missing store mask (warm-up add)", "add_kernel",
+            "tl.store(out_ptr + offsets, x + y, mask=mask)", "tl.store(out_ptr + offsets, x + y)",
+            frozenset({"test_add"}), r"wrote \d+ elements? past the end of out.*check the store mask"),
+    Mistake("lab2_tiled_matmul", "fp16 accumulation in the naive matmul", "naive_kernel",
+            ("acc = tl.zeros((BLOCK_K,), dtype=tl.float32)", "acc += a.to(tl.float32) * b.to(tl.float32)"),
+            ("acc = tl.zeros((BLOCK_K,), dtype=a_ptr.dtype.element_ty)", "acc += a * b"),  # "accumulate in the input dtype"
+            frozenset({"test_naive"}), r"fp16 accumulation"),
+    Mistake("lab2_tiled_matmul", "fp16 accumulation in the tiled matmul", "tiled_kernel",
+            "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)", "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float16)",
+            frozenset({"test_tiled"}), r"(fp16 accumulation|accumulate in fp32)"),
+    Mistake("lab2_tiled_matmul", "missing store mask (tiled)", "tiled_kernel",
+            "acc.to(c_ptr.dtype.element_ty),\n             mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))",
+            "acc.to(c_ptr.dtype.element_ty))",
+            frozenset({"test_tiled"}), r"check the store mask"),
+    Mistake("lab2_tiled_matmul", "missing load masks (tiled)", "tiled_kernel",
+            "ks[None, :] * stride_ak,\n                    mask=(offs_m[:, None] < M) & (ks[None, :] < K), other=0.0)",
+            "ks[None, :] * stride_ak)",
+            frozenset({"test_tiled"}), r"your kernel read .* check the load mask"),
+    Mistake("lab2_tiled_matmul", "dropped edge tiles (tiled)", "tiled_kernel",
+            "grid = (triton.cdiv(M, block_m), triton.cdiv(N, block_n))", "grid = (M // block_m, N // block_n)",
+            frozenset({"test_tiled"}), r"unwritten.*check the grid size"),
+    Mistake("lab2_tiled_matmul", "wrong row stride (tiled)", "tiled_kernel",
+            "a, b, c, M, N, K,\n                              a.stride(0), a.stride(1),",
+            "a, b, c, M, N, K,\n                              K, 1,",  # "A is row-major, so its row stride is K"
+            frozenset({"test_tiled"}), r"(beyond the last column of A|strides)"),
+    Mistake("lab3_fusion", "wrong element-wise arities", "predict_arities",
+            "xyz_chain_arities = [2, 2, 1]", "xyz_chain_arities = [2, 1, 1]",
+            frozenset({"test_predict"}), r"reads 3 tensors from outside it, but your arities count 2"),
+    Mistake("lab3_fusion", "missing store mask (fused element-wise)", "fused_elementwise_kernel",
+            "tl.store(out_ptr + offsets, y.to(out_ptr.dtype.element_ty), mask=mask)",
+            "tl.store(out_ptr + offsets, y.to(out_ptr.dtype.element_ty))",
+            frozenset({"test_fused_elementwise"}), r"past the end of out.*check the store mask"),
+    Mistake("lab3_fusion", "missing load mask (fused element-wise)", "fused_elementwise_kernel",
+            "x = tl.load(x_ptr + offsets, mask=mask)", "x = tl.load(x_ptr + offsets)",
+            frozenset({"test_fused_elementwise"}), r"read \d+ elements? past the end of x.*check the load mask"),
+    Mistake("lab3_fusion", "softmax reading its input twice", "fused_softmax_kernel",
+            "    numerator = tl.exp(z)\n",
+            "    x_again = tl.load(x_ptr + row * row_stride + cols, mask=mask, other=-float(\"inf\")).to(tl.float32)\n"
+            "    numerator = tl.exp(x_again - tl.max(x, axis=0))\n",
+            frozenset({"test_softmax"}), r"loaded \d[\d,]* elements of x, 2 times"),
+]
+
+
+def _edits(m: Mistake) -> list[tuple[str, str]]:
+    olds = (m.old,) if isinstance(m.old, str) else m.old
+    news = (m.new,) if isinstance(m.new, str) else m.new
+    return list(zip(olds, news, strict=True))
+
+
+def _groups() -> list[tuple[Mistake, ...]]:
+    """Mistakes that touch different cells and different exercises share one notebook run.
+
+    Each run still checks every exercise on its own: the cells that fail are exactly the union of the
+    injected mistakes' exercises, and each fails with its own mistake's message.
+    """
+    groups: list[list[Mistake]] = []
+    for m in MISTAKES:
+        for g in groups:
+            if g[0].lab == m.lab and all(o.cell != m.cell and not (o.lost & m.lost) for o in g):
+                g.append(m)
+                break
+        else:
+            groups.append([m])
+    return [tuple(g) for g in groups]
+
+
+GROUPS = _groups()
+
+
+def _inject(mistakes: tuple[Mistake, ...], tmp: Path) -> Path:
+    lab = mistakes[0].lab
+    nb = json.loads(NOTEBOOKS[lab].read_text(encoding="utf-8"))
+    for m in mistakes:
+        cell = next(c for c in nb["cells"] if _gid(c) == m.cell)
+        src = _src(cell)
+        for old, new in _edits(m):
+            assert src.count(old) == 1, f"{m.name}: the instructor solution no longer contains {old!r}"
+            src = src.replace(old, new)
+        cell["source"] = src
+    path = tmp / f"{lab}.ipynb"
+    path.write_text(json.dumps(nb), encoding="utf-8")
+    return path
+
+
+_RUNNER = textwrap.dedent("""
+    import json, sys
+    from mlsys.course import nbexec
+    records = nbexec.run_cells(sys.argv[1], skip=tuple(sys.argv[3:]))
+    with open(sys.argv[2], "w") as fh:
+        json.dump(records, fh)
+""")
+
+
+def run_notebook(path: Path, skip: tuple[str, ...], timeout: float = 900) -> dict[str, dict]:
+    """Run every code cell of ``path`` in a child process; graded cells' records by grade_id."""
+    out = path.with_suffix(".json")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "MPLBACKEND": "Agg"}
+    proc = subprocess.run([sys.executable, "-c", _RUNNER, str(path), str(out), *skip], env=env,
+                          capture_output=True, text=True, timeout=timeout, cwd=path.parent)
+    assert proc.returncode == 0 and out.is_file(), f"the notebook run itself died: {proc.stderr[-3000:]}"
+    return {r["grade_id"]: r for r in json.loads(out.read_text()) if r.get("graded")}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mistakes", GROUPS, ids=[" + ".join(f"{m.lab}: {m.name}" for m in g) for g in GROUPS])
+def test_each_mistake_costs_its_exercise_and_names_itself(mistakes, tmp_path):
+    graded = run_notebook(_inject(mistakes, tmp_path), HEAVY[mistakes[0].lab])
+    failed = {gid for gid, r in graded.items() if r["status"] != "ok"}
+    points = {gid: r["points"] for gid, r in graded.items()}
+    expected = set().union(*(m.lost for m in mistakes))
+    assert failed == expected, (
+        f"expected only {sorted(expected)} to fail ({sum(points[g] for g in expected):g} points), "
+        f"found {sorted(failed)} ({sum(points[g] for g in failed):g} points): "
+        + "; ".join(f"{g}: {graded[g]['status'][:300]}" for g in sorted(failed)))
+    for m in mistakes:
+        for gid in m.lost:
+            status = graded[gid]["status"]
+            assert re.search(m.message, status, re.S), f"{m.name}: {gid} failed with {status[:600]!r}"
+    assert all(r["status"] == "ok" for g, r in graded.items() if g.startswith("perf_")), "a perf cell failed"
+
+
+# ------------------------------------------------------------------------------ static: hidden blocks
+
+_HIDDEN = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS.*?^[ \t]*### END HIDDEN TESTS[^\n]*", re.S | re.M)
+_SOLUTION = re.compile(r"^([ \t]*)### BEGIN SOLUTION.*?### END SOLUTION[^\n]*", re.S | re.M)
+
+
+def _names(src: str) -> tuple[set[str], set[str]]:
+    """(names bound, names loaded) at any depth of ``src``."""
+    tree = ast.parse(src)
+    bound, loaded = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            (loaded if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+            bound.update(a.arg for a in ast.walk(node.args) if isinstance(a, ast.arg))
+        elif isinstance(node, ast.Lambda):
+            bound.update(a.arg for a in ast.walk(node.args) if isinstance(a, ast.arg))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            bound.add(node.name)
+        elif isinstance(node, ast.comprehension):
+            for t in ast.walk(node.target):
+                if isinstance(t, ast.Name):
+                    bound.add(t.id)
+    return bound, loaded
+
+
+@pytest.mark.parametrize("lab", sorted(NOTEBOOKS))
+def test_every_hidden_block_imports_what_it_uses(lab):
+    """A name a hidden block uses must be defined in the student's version or in that block itself.
+
+    A name defined only in *another* cell's hidden block would raise ``NameError`` whenever that
+    cell failed before defining it, costing points for an unrelated exercise.
+    """
+    cells = [c for c in json.loads(NOTEBOOKS[lab].read_text(encoding="utf-8"))["cells"] if c["cell_type"] == "code"]
+    visible = set(dir(builtins))
+    for c in cells:  # what the learner's notebook defines: every cell, solutions included, hidden blocks removed
+        visible |= _names(_HIDDEN.sub("", _src(c)))[0]
+    problems = []
+    for c in cells:
+        for block in _HIDDEN.findall(_src(c)):
+            body = "\n".join(line for line in block.splitlines() if "HIDDEN TESTS" not in line)
+            bound, loaded = _names(textwrap.dedent(body))
+            missing = sorted(loaded - bound - visible)
+            if missing:
+                problems.append(f"{_gid(c)}: hidden block uses {missing}, defined only in other hidden blocks")
+    assert not problems, "\n".join(problems)
+
+
+def test_the_corpus_edits_still_apply():
+    """Each mistake's edit finds its text in the instructor solution (fast, so a renamed line is noticed)."""
+    for m in MISTAKES:
+        cell = next(c for c in json.loads(NOTEBOOKS[m.lab].read_text(encoding="utf-8"))["cells"] if _gid(c) == m.cell)
+        for old, _ in _edits(m):
+            assert _src(cell).count(old) == 1, f"{m.name}: {old!r} not found once in {m.cell}"
+        cell_ids = {_gid(c) for c in json.loads(NOTEBOOKS[m.lab].read_text(encoding="utf-8"))["cells"]}
+        assert m.lost <= cell_ids
+
+
+# ------------------------------------------------------------------------------ the check helpers themselves
+
+
+def test_accumulation_probe_has_a_hand_checked_answer():
+    torch = pytest.importorskip("torch")
+    from mlsys.course import checks
+
+    a, b, expected = checks.accumulation_probe(4096, 2048.0, 1.0)
+    # 2048 + 4095 * 1 = 6143, which fp16 (spacing 4 between 4096 and 8192) rounds to 6144
+    assert float(expected) == 6144.0 and a.dtype == b.dtype == torch.float16
+    # an fp16 running sum sticks at 2048: 2048 + 1 is a tie between 2048 and 2050, rounded to even 2048
+    acc = torch.tensor(0.0, dtype=torch.float16)
+    for v in b.reshape(-1)[:64]:
+        acc = (acc + v).to(torch.float16)
+    assert float(acc) == 2048.0
+
+
+def test_plausible_rate_names_a_units_slip():
+    from mlsys import Q_
+    from mlsys.course import checks
+    from mlsys.course.grading import GradingError
+
+    # 1 GFLOP in 2 ms is 500 GFLOP/s; a learner who took the 2 ms for 2 s claims 0.5 GFLOP/s
+    checks.assert_plausible_rate("op", Q_(5e11, "FLOP/s"), Q_(1e9, "FLOP"), 2e-3)
+    with pytest.raises(GradingError, match="ms used as seconds"):
+        checks.assert_plausible_rate("op", Q_(5e8, "FLOP/s"), Q_(1e9, "FLOP"), 2e-3)
+    with pytest.raises(ValueError, match="positive time"):
+        checks.assert_plausible_rate("op", Q_(5e8, "FLOP/s"), Q_(1e9, "FLOP"), 0.0)
+
+
+@pytest.mark.parametrize(("arities", "message"), [
+    ([2, 2, 1], None),
+    ([1, 2, 2], None),  # another order of the same reads: the structure check cannot tell, the traffic is equal
+    ([2, 1, 1], "your arities count 2"),  # forgot that the add reads z
+    ([2, 3, 1], "your arities count 4"),  # counted the previous result as an outside tensor
+    ([2, 2], "expected 3 arities"),
+    ((2, 2, 1.0), "list of integers"),
+])
+def test_chain_arity_check(arities, message):
+    from mlsys.course import checks
+    from mlsys.course.grading import GradingError
+
+    if message is None:
+        checks.check_chain_arities(list(arities), ops=3, outside_tensors=3)
+    else:
+        with pytest.raises(GradingError, match=message):
+            checks.check_chain_arities(arities, ops=3, outside_tensors=3)
+
+
+def test_guard_report_locates_stores_between_rows():
+    torch = pytest.importorskip("torch")
+    from mlsys.course import checks
+    from mlsys.course.grading import GradingError
+
+    def writes_past_each_row(a):
+        out = torch.empty_like(a)
+        flat = out.as_strided((out.shape[0], out.shape[1] + 1), (out.stride(0), 1))  # one column too many
+        flat.fill_(1.0)
+        return out
+
+    a = torch.zeros(3, 4)
+    with pytest.raises(GradingError, match=r"wrote 1 element past the end of out"):
+        checks.check_kernel(writes_past_each_row, (a,), torch.ones(3, 4), names=("a",), output_names=("out",),
+                            isolate=False)

@@ -1,0 +1,202 @@
+"""The built site as a reader meets it: Debian's Chromium, driven by Playwright, over every page.
+
+Run with ``make site-test`` (builds the book, then this file). Under ``make test`` it skips, saying
+why, when there is no built book or no Chromium. It checks, on every page of ``_build/html``:
+
+* the page loads with no console error, no uncaught exception and no failed request;
+* every internal link and anchor resolves (to a page and an ``id`` on it);
+* every image loads, has alt text that is not a file name, and figures are at least 2x resolution;
+* no table or code block is wider than the text column at 1280 px (nothing hidden behind a scrollbar);
+* no raw MyST, ``glue`` placeholder or unrendered TeX is left in the text;
+* the search page finds a term from a chapter; at 390 px the navigation opens.
+
+Screenshots of two pages (desktop and phone width) go to ``_build/screenshots/``.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import re
+import shutil
+import threading
+from html.parser import HTMLParser
+from pathlib import Path
+from urllib.parse import unquote, urldefrag, urljoin, urlparse
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+HTML = ROOT / "_build" / "html"
+SHOTS = ROOT / "_build" / "screenshots"
+CHROMIUM = next((p for p in (shutil.which("chromium"), shutil.which("chromium-browser"),
+                             "/usr/bin/chromium") if p and Path(p).exists()), None)
+
+pytestmark = [pytest.mark.slow, pytest.mark.site]
+
+if CHROMIUM is None:
+    pytest.skip("no Chromium installed (Debian: apt-get install chromium); the browser test needs it",
+                allow_module_level=True)
+if not (HTML / "index.html").is_file():
+    pytest.skip("no built book in _build/html: run `make site-test`, which builds it first",
+                allow_module_level=True)
+playwright = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (requirements.txt)")
+
+# Sphinx's generated pages and the sources it copies are not reader pages.
+SKIP = ("_static/", "_sources/", "_images/", "genindex.html", "search.html", "_modules/")
+PAGES = sorted(p.relative_to(HTML).as_posix() for p in HTML.rglob("*.html")
+               if not p.relative_to(HTML).as_posix().startswith(SKIP))
+RAW = [re.compile(p) for p in (r"\{glue(:\w+)?\}", r"\{(doc|ref|numref|eval)\}`", r"```\{", r"^:::\{",
+                               r"\\\(|\\\)|\\\[|\\\]", r"\$\$")]
+
+
+class _Collector(HTMLParser):
+    """Ids and hrefs of one page, read from its HTML."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ids: set[str] = set()
+        self.hrefs: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        if a.get("id"):
+            self.ids.add(a["id"])
+        if a.get("name"):
+            self.ids.add(a["name"])
+        if tag == "a" and a.get("href"):
+            self.hrefs.append(a["href"])
+
+
+@functools.cache
+def _parsed(rel: str) -> _Collector:
+    c = _Collector()
+    c.feed((HTML / rel).read_text(encoding="utf-8"))
+    return c
+
+
+@pytest.fixture(scope="module")
+def server():
+    handler = functools.partial(_QuietHandler, directory=str(HTML))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}/"
+    httpd.shutdown()
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with playwright.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        yield b
+        b.close()
+
+
+def test_there_are_pages():
+    assert "index.html" in PAGES and len(PAGES) >= 8, f"expected the book's pages in {HTML}, found {PAGES}"
+
+
+def test_internal_links_and_anchors_resolve():
+    broken = []
+    for rel in PAGES:
+        for href in _parsed(rel).hrefs:
+            url = urljoin(f"http://site/{rel}", href)
+            parts = urlparse(url)
+            if parts.netloc != "site" or parts.scheme != "http":
+                continue
+            path, frag = urldefrag(parts.path)
+            target = unquote(path.lstrip("/")) or "index.html"
+            if target.endswith("/"):
+                target += "index.html"
+            if not (HTML / target).exists():
+                broken.append(f"{rel}: {href} -> no file {target}")
+            elif unquote(parts.fragment) and target.endswith(".html") and \
+                    unquote(parts.fragment) not in _parsed(target).ids:
+                broken.append(f"{rel}: {href} -> no #{parts.fragment} on {target}")
+    assert not broken, "broken internal links:\n" + "\n".join(broken[:40])
+
+
+_PAGE_JS = """() => {
+  const main = document.querySelector('main#main-content') || document.querySelector('article') || document.body;
+  const column = (document.querySelector('article.bd-article') || main).getBoundingClientRect();
+  const wide = [];
+  for (const el of main.querySelectorAll('table, div.highlight pre, div.cell_output pre, .output pre')) {
+    const r = el.getBoundingClientRect();
+    if (r.width === 0) continue;
+    if (el.scrollWidth > el.clientWidth + 2 || r.right > column.right + 2) {
+      wide.push(`${el.tagName.toLowerCase()} ${Math.round(el.scrollWidth)}px in a ${Math.round(column.width)}px column: `
+                + (el.innerText || '').slice(0, 60).replace(/\\s+/g, ' '));
+    }
+  }
+  const images = [];
+  for (const img of main.querySelectorAll('img')) {
+    const alt = (img.getAttribute('alt') || '').trim();
+    const src = img.getAttribute('src');
+    if (!img.complete || img.naturalWidth === 0) images.push(`${src}: did not load`);
+    else if (!alt || /\\.(png|svg|jpe?g)$|^_images\\/|\\//.test(alt)) images.push(`${src}: alt text ${JSON.stringify(alt)}`);
+    else if (src.includes('_images/') && img.naturalWidth < 1.9 * img.getBoundingClientRect().width)
+      images.push(`${src}: ${img.naturalWidth}px shown at ${Math.round(img.getBoundingClientRect().width)}px (blurry on sharp screens)`);
+  }
+  const clone = main.cloneNode(true);
+  for (const el of clone.querySelectorAll('pre, code, script, style, mjx-container, .MathJax')) el.remove();
+  return {wide, images, text: clone.innerText};
+}"""
+
+
+@pytest.mark.parametrize("rel", PAGES)
+def test_page_as_a_reader_sees_it(browser, server, rel):
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    problems: list[str] = []
+    page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
+    page.on("pageerror", lambda e: problems.append(f"uncaught: {e}"))
+    page.on("requestfailed", lambda r: problems.append(f"request failed: {r.url}"))
+    page.on("response", lambda r: problems.append(f"HTTP {r.status}: {r.url}") if r.status >= 400 else None)
+    page.goto(server + rel, wait_until="networkidle")
+    page.wait_for_function("() => !window.MathJax || !MathJax.startup || MathJax.startup.promise", timeout=15000)
+    page.evaluate("() => window.MathJax && MathJax.startup ? MathJax.startup.promise : null")
+    found = page.evaluate(_PAGE_JS)
+    page.close()
+    problems += [f"too wide: {w}" for w in found["wide"]]
+    problems += [f"image: {i}" for i in found["images"]]
+    for pattern in RAW:
+        for line in found["text"].splitlines():
+            if pattern.search(line):
+                problems.append(f"raw markup or TeX left in the text: {line.strip()[:100]!r}")
+                break
+    assert not problems, f"{rel}:\n" + "\n".join(problems[:30])
+
+
+def test_search_finds_a_chapter_term(browser, server):
+    page = browser.new_page()
+    page.goto(server + "search.html?q=roofline", wait_until="networkidle")
+    page.wait_for_selector("#search-results ul.search li", timeout=20000)
+    hits = page.locator("#search-results ul.search li").count()
+    page.close()
+    assert hits > 0, "the search page found nothing for 'roofline'"
+
+
+def test_navigation_opens_on_a_phone_and_screenshots(browser, server):
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    chapter = next(p for p in PAGES if p.startswith("chapters/"))
+    desktop = browser.new_page(viewport={"width": 1280, "height": 900})
+    desktop.goto(server + "index.html", wait_until="networkidle")
+    desktop.screenshot(path=str(SHOTS / "index-1280.png"), full_page=False)
+    desktop.close()
+    phone = browser.new_page(viewport={"width": 390, "height": 844}, device_scale_factor=2)
+    phone.goto(server + chapter, wait_until="networkidle")
+    sidebar = phone.locator("#pst-primary-sidebar, .bd-sidebar-primary").first
+    assert not sidebar.is_visible() or sidebar.bounding_box()["x"] < 0, "at 390 px the chapter list should start hidden"
+    phone.locator("button.primary-toggle, label.primary-toggle, .sidebar-toggle.primary-toggle").first.click()
+    phone.wait_for_timeout(600)
+    box = sidebar.bounding_box()
+    visible = sidebar.is_visible()
+    phone.screenshot(path=str(SHOTS / f"{Path(chapter).stem}-390-menu-open.png"))
+    phone.close()
+    assert visible and box is not None and box["x"] >= -1 and box["width"] > 100, \
+        "at 390 px the navigation button did not open the chapter list"
