@@ -201,6 +201,7 @@ def test_kernel_cannot_reach_the_runners_result_stream(tmp_path, site):
     assert ended == "done" and not (scratch / "nb.ipynb").exists()  # the notebook (hidden tests) is gone from disk
     [cell] = [r for r in results if "index" in r]
     text = "".join(o.get("text", "") for o in cell["outputs"])
-    seen = eval(text.strip().splitlines()[-1])  # the probe's dict
+    # the forged line lands in the cell's own output (ipykernel forwards fd 1), never in the result stream
+    seen = eval(next(ln for ln in text.splitlines() if ln.startswith("{'")))  # the probe's dict
     # the runner's parent is the kernel's parent: its descriptors and memory are closed to the kernel
     assert seen["fd"] == [] and seen["mem"] == "PermissionError" and seen["environ"] == "PermissionError", seen
