@@ -190,7 +190,7 @@ def test_kernel_cannot_reach_the_runners_result_stream(tmp_path, site):
              "    try:\n        open(f'/proc/{ppid}/fd/{n}', 'wb').close()\n        opened.append(n)\n"
              "    except Exception:\n        pass\n"
              "out['fd'] = opened\n"
-             "os.write(1, b'FORGED {\"done\": true}\\n')\nprint(out)\n")
+             "os.write(1, b'FORGED {\"done\": true}\\n')\nimport json\nprint('PROBE' + json.dumps(out) + 'END')\n")
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(probe)])
     scratch = tmp_path / "scratch"
     scratch.mkdir()
@@ -202,6 +202,8 @@ def test_kernel_cannot_reach_the_runners_result_stream(tmp_path, site):
     [cell] = [r for r in results if "index" in r]
     text = "".join(o.get("text", "") for o in cell["outputs"])
     # the forged line lands in the cell's own output (ipykernel forwards fd 1), never in the result stream
-    seen = eval(next(ln for ln in text.splitlines() if ln.startswith("{'")))  # the probe's dict
+    import re
+
+    seen = json.loads(re.search(r"PROBE(.*?)END", text).group(1))  # the probe's dict
     # the runner's parent is the kernel's parent: its descriptors and memory are closed to the kernel
     assert seen["fd"] == [] and seen["mem"] == "PermissionError" and seen["environ"] == "PermissionError", seen
