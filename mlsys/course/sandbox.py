@@ -145,8 +145,9 @@ def build_site(dest: Path) -> Path:
                 [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
                  "--no-compile", "--no-index", "--disable-pip-version-check", "--target", str(dest), str(src)],
                 capture_output=True, text=True, timeout=600)
-        if proc.returncode == 0 and (dest / "mlsys" / "__init__.py").is_file():
-            return dest
+        if proc.returncode != 0:
+            shutil.rmtree(dest / "mlsys", ignore_errors=True)
+    # the package's own files over the install: data files a build configuration might leave out are there too
     shutil.copytree(pkg, dest / "mlsys", dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     return dest
 
@@ -191,10 +192,10 @@ def command(argv: list[str], scratch: Path, site: Path, *, limits: Limits | None
             args += ["--ro-bind", prefix, prefix]
     args += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--tmpfs", "/home",
              "--ro-bind", str(site), "/sandbox/site", "--bind", str(scratch), INSIDE_HOME, "--chdir", INSIDE_HOME]
+    args += ["--ro-bind", "/sys", "/sys"]  # CPU topology for OpenMP/torch threads, GPU discovery; read-only
     if gpu:
         for node in _gpu_nodes():
             args += ["--dev-bind", node, node]
-        args += ["--ro-bind", "/sys", "/sys"]
     variables = {
         "HOME": INSIDE_HOME, "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
         "PYTHONPATH": "/sandbox/site", "PYTHONNOUSERSITE": "1", "PYTHONHASHSEED": "0", "MPLBACKEND": "Agg",
