@@ -175,7 +175,7 @@ def command(argv: list[str], scratch: Path, site: Path, *, limits: Limits | None
     """The bwrap command line that runs ``argv`` in a sandbox over ``scratch`` (read-write).
 
     ``site`` (from :func:`build_site`) is put first on ``PYTHONPATH``, read-only. ``gpu`` passes
-    the NVIDIA device nodes and ``/sys`` in and lifts the address-space cap. ``env`` adds variables
+    the NVIDIA device nodes in and lifts the address-space cap. ``env`` adds variables
     to the otherwise cleared environment.
     """
     bwrap = bwrap or check()
