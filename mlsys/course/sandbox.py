@@ -39,6 +39,9 @@ from pathlib import Path
 __all__ = ["SandboxUnavailable", "Limits", "bwrap_path", "check", "build_site", "command", "INSIDE_HOME",
            "NO_SANDBOX_WARNING"]
 
+HOSTS_FILE = "sandbox-hosts"
+"""File in the site folder bound over /etc/hosts inside the sandbox."""
+
 INSIDE_HOME = "/home/student"
 """Where the scratch folder appears inside the sandbox (also ``HOME`` and the working directory)."""
 
@@ -149,6 +152,8 @@ def build_site(dest: Path) -> Path:
             shutil.rmtree(dest / "mlsys", ignore_errors=True)
     # the package's own files over the install: data files a build configuration might leave out are there too
     shutil.copytree(pkg, dest / "mlsys", dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    # the sandbox's host name resolves to loopback (torch.distributed's gloo looks itself up by name)
+    (dest / HOSTS_FILE).write_text("127.0.0.1 localhost sandbox\n::1 localhost ip6-localhost ip6-loopback\n")
     return dest
 
 
@@ -193,6 +198,8 @@ def command(argv: list[str], scratch: Path, site: Path, *, limits: Limits | None
     args += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--tmpfs", "/home",
              "--ro-bind", str(site), "/sandbox/site", "--bind", str(scratch), INSIDE_HOME, "--chdir", INSIDE_HOME]
     args += ["--ro-bind", "/sys", "/sys"]  # CPU topology for OpenMP/torch threads, GPU discovery; read-only
+    if (site / HOSTS_FILE).is_file():
+        args += ["--ro-bind", str(site / HOSTS_FILE), "/etc/hosts"]
     if gpu:
         for node in _gpu_nodes():
             args += ["--dev-bind", node, node]
