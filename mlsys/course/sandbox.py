@@ -209,6 +209,7 @@ def command(argv: list[str], scratch: Path, site: Path, *, limits: Limits | None
         "TMPDIR": "/tmp", "JUPYTER_RUNTIME_DIR": "/tmp/jupyter-runtime", "JUPYTER_PLATFORM_DIRS": "1",
         "IPYTHONDIR": "/tmp/ipython", "MPLCONFIGDIR": "/tmp/mpl", "TRITON_CACHE_DIR": "/tmp/triton",
         "PYDEVD_DISABLE_FILE_VALIDATION": "1", "LANG": "C.UTF-8",
+        "TORCH_CPP_LOG_LEVEL": "ERROR",  # c10d warns on stderr that it cannot name the sandbox (stderr costs a cell)
     }
     for key in ("TRITON_INTERPRET", "CUDA_VISIBLE_DEVICES", "MLSYS_FAKE_TIMER", "OMP_NUM_THREADS"):
         if key in os.environ:
