@@ -25,6 +25,7 @@ LABS = Path(__file__).resolve().parent.parent / "labs"
     ("import builtins\nbuiltins.print = None", "patching", "assignment to builtins.print"),
     ("import numpy as np\nsetattr(np, 'dot', None)", "patching", "setattr()"),
     ("import sys\nsys.modules['torch'] = None", "patching", "sys.modules"),
+    ("import torch\nlib = torch.library.Library('aten', 'IMPL')", "patching", "torch.library.Library()"),
     ("import importlib\nimportlib.reload(x)", "introspection", "import importlib"),
     ("import linecache", "introspection", "import linecache"),
     ("import gc\ngc.get_objects()", "introspection", "import gc"),

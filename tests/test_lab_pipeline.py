@@ -251,7 +251,7 @@ def test_bad_submission_corpus(tmp_path):
     guarded = _tree_hashes(root / "source", root / "submitted", Path(mlsys.__file__).parent, LABS / "source",
                            CORPUS / "source")
     guarded[root / "nbgrader_config.py"] = (root / "nbgrader_config.py").read_bytes()
-    rows = teach.grade(root, timeout=60, cell_timeout=6, feedback=False, verbose=False, jobs=2, perf="fake")
+    rows = teach.grade(root, timeout=120, cell_timeout=15, feedback=False, verbose=False, jobs=2, perf="fake")
     got = {r.student: r for r in rows}
     assert sorted(got) == sorted(expected)
     for name, want in expected.items():

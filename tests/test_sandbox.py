@@ -170,3 +170,40 @@ def test_grading_one_lab_keeps_the_other_labs_rows(tmp_path):
     assert set(rows) == {("ann", "lab1"), ("ann", "lab2")}  # lab2 regraded as a whole: ben's old row is gone
     assert rows["ann", "lab1"]["correctness_score"] == "5" and rows["ann", "lab2"]["correctness_score"] == "7"
     assert "flags" in rows["ann", "lab1"] and "summary" in rows["ann", "lab1"]
+
+
+def test_kernel_cannot_reach_the_runners_result_stream(tmp_path, site):
+    """Code in the kernel can neither open the runner's descriptors nor read its memory (the nonce)."""
+    _bwrap_or_skip()
+    import time
+
+    import nbformat
+
+    from mlsys.course.sandboxed_execute import run_in_sandbox
+
+    probe = ("import os\nppid = os.getppid()\nout = {}\n"
+             "for what in ('mem', 'environ'):\n"
+             "    try:\n        out[what] = str(open(f'/proc/{ppid}/{what}', 'rb').read(10))\n"
+             "    except Exception as exc:\n        out[what] = type(exc).__name__\n"
+             "opened = []\n"
+             "for n in range(64):\n"
+             "    try:\n        open(f'/proc/{ppid}/fd/{n}', 'wb').close()\n        opened.append(n)\n"
+             "    except Exception:\n        pass\n"
+             "out['fd'] = opened\n"
+             "os.write(1, b'FORGED {\"done\": true}\\n')\nimport json\nprint('PROBE' + json.dumps(out) + 'END')\n")
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(probe)])
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    nbformat.write(nb, str(scratch / "nb.ipynb"))
+    settings = {"mode": "bwrap", "site": str(site), "perf": "off"}
+    results, ended = run_in_sandbox("mlsys.course.cellrunner", {"notebook": "nb.ipynb", "timeout": 120}, scratch,
+                                    settings, deadline=time.monotonic() + 180, log=tmp_path / "log")
+    assert ended == "done" and not (scratch / "nb.ipynb").exists()  # the notebook (hidden tests) is gone from disk
+    [cell] = [r for r in results if "index" in r]
+    text = "".join(o.get("text", "") for o in cell["outputs"])
+    # the forged line lands in the cell's own output (ipykernel forwards fd 1), never in the result stream
+    import re
+
+    seen = json.loads(re.search(r"PROBE(.*?)END", text).group(1))  # the probe's dict
+    # the runner's parent is the kernel's parent: its descriptors and memory are closed to the kernel
+    assert seen["fd"] == [] and seen["mem"] == "PermissionError" and seen["environ"] == "PermissionError", seen

@@ -184,6 +184,10 @@ def audit_source(source: str, cell: int = 0) -> list[Flag]:
                 kind = _CALL_KIND[short]
             if name.startswith(("os.exec", "os.spawn")):
                 kind = "process"
+            if name.startswith("torch.library."):
+                kind = "patching"
+            elif name.startswith(("torch.utils._python_dispatch.", "torch.overrides.", "torch._C._")):
+                kind = kind or "introspection"
             if kind:
                 if short in ("setattr", "delattr") and node.args:
                     target = origin(_dotted(node.args[0])) or ""

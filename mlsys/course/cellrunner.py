@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from typing import Any
 
 DIED = "the kernel died while running this cell (a crash such as an out-of-bounds access, os._exit or running out of memory)"
@@ -82,6 +83,7 @@ def main() -> int:
     status: dict[int, str] = {}
     client.on_cell_executed = on_executed
     died: int | None = None
+    limit = float(job.get("timeout") or 600)
     try:
         with client.setup_kernel():
             for index, cell in enumerate(nb.cells):
@@ -91,8 +93,13 @@ def main() -> int:
                     emit({"index": index, "outputs": [error_output("KernelDied", NOT_RUN.format(where=f"cell {died}"))],
                           "execution_count": None})
                     continue
+                started = time.monotonic()
                 try:
                     client.execute_cell(cell, index)
+                    if time.monotonic() - started >= limit and not any(
+                            o.get("output_type") == "error" and o.get("ename") == "CellTimeoutError" for o in cell.outputs):
+                        cell.outputs.append(nbformat.from_dict(error_output(
+                            "CellTimeoutError", f"the cell ran past the per-cell time limit of {limit:g} s and was interrupted")))
                 except DeadKernelError:
                     died = index
                     cell.outputs.append(nbformat.from_dict(error_output("KernelDied", DIED)))

@@ -39,6 +39,9 @@ from pathlib import Path
 __all__ = ["SandboxUnavailable", "Limits", "bwrap_path", "check", "build_site", "command", "INSIDE_HOME",
            "NO_SANDBOX_WARNING"]
 
+HOSTS_FILE = "sandbox-hosts"
+"""File in the site folder bound over /etc/hosts inside the sandbox."""
+
 INSIDE_HOME = "/home/student"
 """Where the scratch folder appears inside the sandbox (also ``HOME`` and the working directory)."""
 
@@ -121,12 +124,19 @@ def build_site(dest: Path) -> Path:
     Built once per grading run and bound read-only into every sandbox. From a source checkout it is
     ``pip install --no-deps --target`` of the package (a real install, with its metadata); where
     that is not possible (an installed course, no build backend) the installed package is copied.
-    Only the ``mlsys`` package goes in: nothing of ``labs/`` (solutions, hidden tests) ever does.
+    Only the ``mlsys`` package and the recorded measurements (``data/measurements``, public) go in:
+    nothing of ``labs/`` (solutions, hidden tests) ever does.
     """
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
     pkg = _package_dir()
     repo = pkg.parent
+    # the recorded GPU measurements (public data the labs plot) sit where mlsys.bench.records looks for them
+    from mlsys.bench.records import data_dir
+
+    measured = data_dir()
+    if measured.is_dir():
+        shutil.copytree(measured, dest / "data" / "measurements", dirs_exist_ok=True)
     if (repo / "pyproject.toml").is_file():
         with tempfile.TemporaryDirectory(prefix="mlsys-src-") as tmp:
             # copy the sources first so that a build writes nothing into the repository
@@ -138,9 +148,12 @@ def build_site(dest: Path) -> Path:
                 [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
                  "--no-compile", "--no-index", "--disable-pip-version-check", "--target", str(dest), str(src)],
                 capture_output=True, text=True, timeout=600)
-        if proc.returncode == 0 and (dest / "mlsys" / "__init__.py").is_file():
-            return dest
+        if proc.returncode != 0:
+            shutil.rmtree(dest / "mlsys", ignore_errors=True)
+    # the package's own files over the install: data files a build configuration might leave out are there too
     shutil.copytree(pkg, dest / "mlsys", dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    # the sandbox's host name resolves to loopback (torch.distributed's gloo looks itself up by name)
+    (dest / HOSTS_FILE).write_text("127.0.0.1 localhost sandbox\n::1 localhost ip6-localhost ip6-loopback\n")
     return dest
 
 
@@ -167,7 +180,7 @@ def command(argv: list[str], scratch: Path, site: Path, *, limits: Limits | None
     """The bwrap command line that runs ``argv`` in a sandbox over ``scratch`` (read-write).
 
     ``site`` (from :func:`build_site`) is put first on ``PYTHONPATH``, read-only. ``gpu`` passes
-    the NVIDIA device nodes and ``/sys`` in and lifts the address-space cap. ``env`` adds variables
+    the NVIDIA device nodes in and lifts the address-space cap. ``env`` adds variables
     to the otherwise cleared environment.
     """
     bwrap = bwrap or check()
@@ -184,16 +197,19 @@ def command(argv: list[str], scratch: Path, site: Path, *, limits: Limits | None
             args += ["--ro-bind", prefix, prefix]
     args += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--tmpfs", "/home",
              "--ro-bind", str(site), "/sandbox/site", "--bind", str(scratch), INSIDE_HOME, "--chdir", INSIDE_HOME]
+    args += ["--ro-bind", "/sys", "/sys"]  # CPU topology for OpenMP/torch threads, GPU discovery; read-only
+    if (site / HOSTS_FILE).is_file():
+        args += ["--ro-bind", str(site / HOSTS_FILE), "/etc/hosts"]
     if gpu:
         for node in _gpu_nodes():
             args += ["--dev-bind", node, node]
-        args += ["--ro-bind", "/sys", "/sys"]
     variables = {
         "HOME": INSIDE_HOME, "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
         "PYTHONPATH": "/sandbox/site", "PYTHONNOUSERSITE": "1", "PYTHONHASHSEED": "0", "MPLBACKEND": "Agg",
         "TMPDIR": "/tmp", "JUPYTER_RUNTIME_DIR": "/tmp/jupyter-runtime", "JUPYTER_PLATFORM_DIRS": "1",
         "IPYTHONDIR": "/tmp/ipython", "MPLCONFIGDIR": "/tmp/mpl", "TRITON_CACHE_DIR": "/tmp/triton",
         "PYDEVD_DISABLE_FILE_VALIDATION": "1", "LANG": "C.UTF-8",
+        "TORCH_CPP_LOG_LEVEL": "ERROR",  # c10d warns on stderr that it cannot name the sandbox (stderr costs a cell)
     }
     for key in ("TRITON_INTERPRET", "CUDA_VISIBLE_DEVICES", "MLSYS_FAKE_TIMER", "OMP_NUM_THREADS"):
         if key in os.environ:

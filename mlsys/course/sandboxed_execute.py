@@ -43,6 +43,7 @@ from nbgrader.preprocessors import Execute
 from . import sandbox
 from .cellrunner import error_output
 from .grading import NOT_GRADED
+from .trusted import answer_cells
 
 __all__ = ["SandboxedExecute", "run_in_sandbox", "answer_cells"]
 
@@ -129,16 +130,6 @@ def _nbg(cell: Any) -> dict[str, Any]:
 def _is_test(cell: Any) -> bool:
     m = _nbg(cell)
     return bool(m.get("grade")) and not m.get("solution")
-
-
-def answer_cells(nb: Any) -> list[str]:
-    """Sources of every code cell that is not an autograded test cell (what the learner controls)."""
-    out = []
-    for cell in nb.get("cells", []):
-        if cell.get("cell_type") == "code" and not _is_test(cell):
-            src = cell.get("source", "")
-            out.append("".join(src) if isinstance(src, list) else src)
-    return out
 
 
 def _copy_submission(src: Path | None, dest: Path) -> None:
@@ -236,7 +227,7 @@ class SandboxedExecute(Execute):
         if mode != "off" and cases:
             work = root / "perf"  # an untouched copy: nothing the first run wrote can shadow an import
             _copy_submission(src_dir, work)
-            job = {"cases": cases, "cells": answer_cells(nb), "fake": mode == "fake"}
+            job = {"cases": cases, "cells": answer_cells(nb), "fake": mode == "fake", "cell_timeout": self.timeout}
             results, ended = run_in_sandbox("mlsys.course.trusted", job, work, settings, deadline=deadline,
                                             log=root / "trusted.log")
             result = results[0] if results else {"fatal": "time limit reached" if ended == "timeout" else

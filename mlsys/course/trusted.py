@@ -59,7 +59,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PerfCase", "load_spec", "find_spec", "grade_case", "grade_performance", "run_job", "main",
+__all__ = ["PerfCase", "answer_cells", "load_spec", "find_spec", "grade_case", "grade_performance", "run_job", "main",
            "FORBID_MATMUL", "ALLOWED_FOR_COMPUTE", "FAKE_SECONDS"]
 
 FAKE_SECONDS = 1e-3
@@ -409,9 +409,32 @@ def grade_case(cap: _Captured, prep: _Prepared, namespace: dict[str, Any]) -> di
 # the fresh process
 
 
-def _exec_cells(cells: list[str], namespace: dict[str, Any]) -> list[str]:
-    """Run answer-cell sources in ``namespace`` (IPython syntax translated); errors are noted, not fatal."""
+def answer_cells(nb: dict[str, Any]) -> list[str]:
+    """Sources of every code cell of ``nb`` that is not an autograded test cell (what the learner controls)."""
+    out = []
+    for cell in nb.get("cells", []):
+        meta = cell.get("metadata", {}).get("nbgrader", {}) or {}
+        if cell.get("cell_type") == "code" and not (meta.get("grade") and not meta.get("solution")):
+            src = cell.get("source", "")
+            out.append("".join(src) if isinstance(src, list) else src)
+    return out
+
+
+class _CellTimeout(BaseException):
+    """An answer cell ran past its time limit in the trusted process."""
+
+
+def _exec_cells(cells: list[str], namespace: dict[str, Any], cell_timeout: float = 600.0) -> list[str]:
+    """Run answer-cell sources in ``namespace`` (IPython syntax translated); errors are noted, not fatal.
+
+    Each cell gets ``cell_timeout`` seconds (SIGALRM; a cell that blocks the signal is stopped by the
+    caller's wall-clock limit, which costs the performance points only).
+    """
     import linecache
+    import signal
+
+    def alarm(signum: int, frame: Any) -> None:
+        raise _CellTimeout()
 
     try:
         from IPython.core.inputtransformer2 import TransformerManager
@@ -423,12 +446,21 @@ def _exec_cells(cells: list[str], namespace: dict[str, Any]) -> list[str]:
     notes = []
     for i, src in enumerate(cells):
         name = f"<answer-cell-{i}>"
+        use_alarm = hasattr(signal, "setitimer")
         try:
             code = transform(src)
             linecache.cache[name] = (len(code), None, code.splitlines(True), name)
+            if use_alarm:
+                signal.signal(signal.SIGALRM, alarm)
+                signal.setitimer(signal.ITIMER_REAL, cell_timeout)
             exec(compile(code, name, "exec"), namespace)
+        except _CellTimeout:
+            notes.append(f"answer cell {i} ran past {cell_timeout:g} s and was stopped")
         except BaseException as exc:  # a failing cell costs what depends on it, like in the notebook
             notes.append(f"answer cell {i} raised {type(exc).__name__}: {str(exc)[:200]}")
+        finally:
+            if use_alarm:
+                signal.setitimer(signal.ITIMER_REAL, 0)
     return notes
 
 
@@ -442,7 +474,7 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
     seed = int(job.get("seed", random.SystemRandom().randrange(2**31)))
     prepared = {c.grade_id: _prepare(cap, c, seed + i) for i, c in enumerate(cases)}
     namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": __builtins__}
-    notes = _exec_cells(list(job.get("cells", [])), namespace)
+    notes = _exec_cells(list(job.get("cells", [])), namespace, float(job.get("cell_timeout") or 600))
     verdicts = {}
     for gid, prep in prepared.items():
         try:

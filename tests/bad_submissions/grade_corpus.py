@@ -4,8 +4,13 @@ Builds the tiny lab's course in a temporary folder, submits every ``*.nb.json`` 
 with :func:`mlsys.course.teach.grade` and writes ``OUT/grades.csv`` and ``OUT/corpus_run.json``
 (device, date, torch version, options, every row, and whether each row matches expected.json).
 Options: ``--perf cuda|fake|off`` (default: cuda where present), ``--no-sandbox`` (machines without
-bubblewrap, such as a rented GPU image: student code then runs unconfined, which is acceptable for
-this corpus only because the corpus is ours).
+bubblewrap: student code then runs unconfined, acceptable for this corpus only because it is ours),
+``--only a,b`` (some cases).
+
+``--trusted-only`` needs neither nbgrader nor bubblewrap (a bare GPU image with torch): it runs just
+the trusted performance process (``python -P -m mlsys.course.trusted``) once per case, on the
+answer cells of each submission, and writes ``OUT/trusted_run.json`` (device, date, verdict per
+case, and whether each matches expected.json's performance_score).
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+PERF_CASES = ("good", "untouched", "patch_timer", "patch_reference", "library_override", "hidden_library_call",
+              "differs_after_timing", "calls_library", "nans")
 REPO = HERE.parent.parent
 
 
@@ -30,9 +37,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-sandbox", action="store_true")
     p.add_argument("--jobs", type=int, default=1)
     p.add_argument("--only", help="comma-separated cases (default: all); e.g. the performance cases without a sandbox")
+    p.add_argument("--trusted-only", action="store_true", help="run only the trusted performance process per case")
     a = p.parse_args(argv)
     sys.path.insert(0, str(REPO))
-    from mlsys.course import teach
 
     expected = json.loads((HERE / "expected.json").read_text())
     if a.only:
@@ -40,6 +47,11 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             p.error(f"unknown cases {sorted(unknown)}; expected some of {sorted(expected)}")
         expected = {k: v for k, v in expected.items() if k in a.only.split(",")}
+    if a.trusted_only:
+        if not a.only:  # unconfined here: only the cases that attack the performance path, never the file-system ones
+            expected = {k: v for k, v in expected.items() if k in PERF_CASES}
+        return _trusted_only(a.out, expected, fake=a.perf == "fake")
+    from mlsys.course import teach
     with tempfile.TemporaryDirectory(prefix="corpus-") as tmp:
         root = Path(tmp) / "course"
         (root / "source" / "lab0_tiny").mkdir(parents=True)
@@ -83,6 +95,57 @@ def main(argv: list[str] | None = None) -> int:
               "all_match": all(v["matches_expected"] for v in verdicts.values())}
     (a.out / "corpus_run.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
     print(f"{sum(v['matches_expected'] for v in verdicts.values())}/{len(verdicts)} rows as expected on {device}")
+    return 0 if report["all_match"] else 1
+
+
+def _trusted_only(out: Path, expected: dict, *, fake: bool) -> int:
+    import os
+    import subprocess
+    import tomllib
+
+    from mlsys.course.trusted import answer_cells
+
+    cases = tomllib.loads((HERE / "source" / "lab0_tiny" / "perf.toml").read_text())
+    start = dt.datetime.now(dt.UTC)
+    results = {}
+    for name, want in expected.items():
+        path = HERE / f"{name}.nb.json"
+        try:
+            nb = json.loads(path.read_text())
+        except ValueError:
+            continue  # the malformed case has no cells to run
+        job = {"cases": cases, "cells": answer_cells(nb), "fake": fake, "cell_timeout": 30, "nonce": "CORPUS"}
+        with tempfile.TemporaryDirectory(prefix="trusted-") as tmp:
+            try:
+                proc = subprocess.run([sys.executable, "-P", "-m", "mlsys.course.trusted"], input=json.dumps(job),
+                                      capture_output=True, text=True, timeout=300, cwd=tmp,
+                                      env=dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")))
+                line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("CORPUS ")), None)
+                result = json.loads(line[len("CORPUS "):]) if line else {"fatal": proc.stderr[-500:]}
+            except subprocess.TimeoutExpired:
+                result = {"fatal": "timed out after 300 s"}
+        verdict = result.get("verdicts", {}).get("perf_speed", {"reason": result.get("fatal", "no verdict")})
+        score = verdict.get("score")
+        want_score = want.get("performance_score")
+        results[name] = {"verdict": verdict, "expected_performance_score": want_score,
+                         "matches_expected": want_score is None or (score is not None and float(score) == float(want_score))}
+        print(f"{name:24s} score {score}  {verdict.get('reason') or (verdict.get('lines') or [''])[0]}", flush=True)
+    device = "cpu"
+    torch_version = None
+    try:
+        import torch
+
+        torch_version = torch.__version__
+        if torch.cuda.is_available():
+            device = torch.cuda.get_device_name(0)
+    except Exception:  # torch missing: still report
+        pass
+    report = {"device": device, "date": start.date().isoformat(), "started": start.isoformat(timespec="seconds"),
+              "torch": torch_version, "timer": "fake" if fake else ("time_fn (CUDA events)" if device != "cpu" else "time_fn (CPU)"),
+              "cases": results, "all_match": all(r["matches_expected"] for r in results.values())}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "trusted_run.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
+    print(f"{sum(r['matches_expected'] for r in results.values())}/{len(results)} cases as expected on {device}")
     return 0 if report["all_match"] else 1
 
 
