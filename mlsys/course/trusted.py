@@ -180,12 +180,19 @@ def _namespaces() -> dict[str, Any]:
 
 
 def _snapshot(namespaces: dict[str, Any]) -> dict[str, dict[str, int]]:
+    """Identity of every callable attribute (function, class, builtin) of the watched namespaces.
+
+    Data attributes are library state, not behaviour: ``torch.cuda._initialized``,
+    ``default_generators`` and ``_cached_device_count`` change as soon as CUDA starts (seen on an
+    H100, 2026-11-23: an honest submission was refused for them). Replacing a function with
+    anything, callable or not, still shows as replaced or deleted.
+    """
     import types
 
     snap = {}
     for name, obj in namespaces.items():
         d = vars(obj) if not isinstance(obj, types.ModuleType) else obj.__dict__
-        snap[name] = {k: id(v) for k, v in list(d.items())}
+        snap[name] = {k: id(v) for k, v in list(d.items()) if callable(v)}
     return snap
 
 
