@@ -1,1 +1,70 @@
-raise SystemExit
+"""nbgrader configuration for the course's labs (this folder is the nbgrader course root).
+
+Teachers normally do not call nbgrader directly: ``make release`` and ``make grade`` (``python -m
+mlsys.course.teach``) run it in a scratch copy of this folder with this file, so that the committed
+student versions stay byte-for-byte reproducible and submitted files are never touched.
+"""
+
+c = get_config()  # noqa: F821 -- provided by nbgrader when it loads this file
+
+c.CourseDirectory.source_directory = "source"
+c.CourseDirectory.release_directory = "release"
+c.CourseDirectory.submitted_directory = "submitted"
+c.CourseDirectory.autograded_directory = "autograded"
+c.CourseDirectory.feedback_directory = "feedback"
+# never pick up checkpoints or caches that a learner zipped up with the notebook
+c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", ".*"]
+
+# What a learner sees where a solution was removed: clear instructions, and a NotImplementedError
+# that says what to do (release cells that raise it are tagged `raises-exception` for nbval).
+c.ClearSolutions.code_stub = {
+    "python": (
+        "# YOUR CODE HERE: replace this line with your answer, then run the checks below.\n"
+        'raise NotImplementedError("Write your answer in this cell (replace this raise), then re-run it.")'
+    ),
+}
+c.ClearSolutions.text_stub = "YOUR ANSWER HERE (replace this line with your explanation)."
+
+# Per-cell limit while grading: long enough for Triton's JIT and GPU benchmarks, short enough
+# that an endless loop costs one cell. A whole submission also runs under a wall-clock limit in
+# its own process group (mlsys.course.teach grade --timeout), which stops a loop that ignores interrupts.
+c.Execute.timeout = 600
+c.Execute.interrupt_on_timeout = True
+c.Execute.startup_timeout = 120
+c.Execute.execute_retries = 0
+
+# Test cells are restored from the gradebook: edited ones are overwritten (OverwriteCells does
+# this by default), deleted ones are added back and run, so deleting a test earns nothing.
+c.OverwriteCells.add_missing_cells = True
+c.OverwriteCells.missing_cell_notification = (
+    "This cell (id:{cell_id}) was missing from the submission; the grader added it back.\n\n"
+)
+
+# Keep feedback readable when a submission prints without end.
+c.LimitOutput.max_lines = 200
+c.LimitOutput.max_traceback = 60
+
+# Grading is headless: no late penalties, no timestamps needed.
+c.Autograde.create_student = True
+
+# `make grade` sets MLSYS_SANDBOX: nbgrader then executes each submission in a bubblewrap sandbox
+# (mlsys.course.sandboxed_execute) and performance cells get the trusted process's verdict; the
+# gradebook and the scoring stay out here. Plain `nbgrader autograde` (no MLSYS_SANDBOX) is unchanged.
+import os  # noqa: E402
+
+if os.environ.get("MLSYS_SANDBOX"):
+    from nbconvert.preprocessors import ClearMetadataPreprocessor
+    from nbgrader.preprocessors import (
+        AssignLatePenalties,
+        CheckCellMetadata,
+        IgnorePattern,
+        LimitOutput,
+        SaveAutoGrades,
+    )
+
+    from mlsys.course.sandboxed_execute import SandboxedExecute
+
+    c.Autograde.autograde_preprocessors = [
+        SandboxedExecute, IgnorePattern, ClearMetadataPreprocessor, LimitOutput, SaveAutoGrades,
+        AssignLatePenalties, CheckCellMetadata,
+    ]
