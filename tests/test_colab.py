@@ -66,7 +66,7 @@ def test_the_url_is_typed_in_one_place_only():
             text = _src(cell)
             for block in (site.install_block(url, "main"),):
                 text = text.replace(block, "")
-            text = re.sub(r"\[!\[Open In Colab\]\([^)]*\)\]\([^)]*\)", "", text)
+            text = re.sub(r"\[\*\*Open in Colab\*\*\]\([^)]*\)", "", text)
             assert owner_repo not in text, f"{path}: the URL appears outside the generated badge and install block"
 
 

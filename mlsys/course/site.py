@@ -46,7 +46,9 @@ BEGIN = "# -- course install (generated from _config.yml by mlsys.course.site: d
 END = "# -- end of course install --"
 PACKAGE = "gpus-for-ml-mlsys"  # the distribution name in pyproject.toml
 
-_BADGE = re.compile(r"\[!\[Open In Colab\]\([^)]*\)\]\([^)]*\)")
+# The badge is a plain link: an image from colab.research.google.com would make every lab page of the
+# published book depend on a third-party host (the browser test loads pages with no network).
+_BADGE = re.compile(r"\[!\[Open In Colab\]\([^)]*\)\]\([^)]*\)|\[\*\*Open in Colab\*\*\]\([^)]*\)")
 _GITHUB = re.compile(r"^https://github\.com/([A-Za-z0-9_.-]+)/([A-Za-z0-9_.-]+?)(?:\.git)?/?$")
 
 
@@ -80,8 +82,8 @@ def colab_url(lab: str, url: str, branch: str) -> str:
 
 
 def colab_badge(lab: str, url: str, branch: str) -> str:
-    """The Markdown badge that opens the lab's release in Colab."""
-    return f"[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]({colab_url(lab, url, branch)})"
+    """The Markdown link that opens the lab's release in Colab (text, not a third-party image)."""
+    return f"[**Open in Colab**]({colab_url(lab, url, branch)})"
 
 
 def install_block(url: str, branch: str) -> str:
