@@ -124,14 +124,16 @@ def launch(fn: Callable[..., Any], world_size: int, *args: Any, backend: str | N
            start_method: str | None = None, threads: int = 1, **kwargs: Any) -> list[Any]:
     """Run ``fn(*args, **kwargs)`` on ``world_size`` ranks of a fresh process group; one result per rank.
 
-    ``backend``: ``"gloo"`` (CPU) or ``"nccl"`` (one CUDA GPU per rank); default nccl when CUDA is
-    visible, else gloo. ``timeout`` (seconds) bounds the whole run: past it every rank is killed
+    ``backend``: ``"gloo"`` (CPU processes, the default on every machine: the labs' correctness checks
+    build CPU tensors and run at world sizes a GPU machine may not have GPUs for; seen on 2 H200s,
+    2026-11-23, where an nccl default failed every check) or ``"nccl"`` (one CUDA GPU per rank, asked
+    for explicitly by the performance cell and the NCCL experiments). ``timeout`` (seconds) bounds the whole run: past it every rank is killed
     and :class:`LaunchTimeout` raised. Each child uses ``threads`` CPU threads. Results come back
     in rank order; an exception on a rank raises :class:`LaunchError` with its traceback.
     """
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"world_size must be an integer number of processes >= 1, got {world_size!r}")
-    backend = backend or default_backend()
+    backend = backend or "gloo"
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     if not timeout > 0:
