@@ -575,11 +575,13 @@ def check_accumulation(fn: Callable[..., Any], *, device: str = "cpu", probes: S
                 "accumulate into an fp32 acc), and convert to the output dtype only at the store")
 
 
-def assert_plausible_rate(label: str, claimed: Any, flops: Any, seconds_now: float, *, factor: float = 20.0) -> None:
+def assert_plausible_rate(label: str, claimed: Any, flops: Any, seconds_now: float, *, factor: float = 100.0) -> None:
     """Fail if ``claimed`` FLOP/s is off by more than ``factor`` from ``flops / seconds_now``.
 
-    ``seconds_now`` is a fresh, independent timing of the same operation. A slip of ms for s (or
-    us for s) is a factor of 1000; a MAC-for-FLOP slip changes the FLOPs, not this ratio.
+    ``seconds_now`` is a fresh, independent timing of the same operation (pass its best time: a busy
+    machine slows a timing, never speeds it up). A slip of ms for s (or us for s) is a factor of 1000;
+    the default factor of 100 leaves room for a loaded 2-core machine (an honest Lab 1 point was seen
+    36 times off its re-timing there, 2026-11-23); a MAC-for-FLOP slip changes the FLOPs, not this ratio.
     """
     value = claimed.to("FLOP/s").magnitude if hasattr(claimed, "to") else float(claimed)
     f = flops.to("FLOP").magnitude if hasattr(flops, "to") else float(flops)
