@@ -2,7 +2,9 @@
 
 ``style()`` is a context manager (and ``apply_style()`` a global switch) for the course's
 look; ``roofline_plot`` draws one or more rooflines (datasheet or measured) on log-log axes,
-with kernels placed on them as points at (intensity, achieved FLOP/s).
+with kernels placed on them as points at (intensity, achieved FLOP/s). ``show()`` is how a
+chapter puts a figure on the page: it first runs ``label_collisions()`` and refuses a figure
+whose labels overlap each other or whose legend sits on its data.
 """
 
 from __future__ import annotations
@@ -14,12 +16,16 @@ from dataclasses import dataclass
 import matplotlib
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.transforms import Bbox
 
 from .hardware import Accelerator
 from .roofline import Roof, roof_of
 from .units import as_quantity
 
-__all__ = ["STYLE", "PALETTE", "style", "apply_style", "Point", "roofline_plot"]
+__all__ = ["STYLE", "PALETTE", "style", "apply_style", "Point", "roofline_plot", "label_collisions", "show",
+           "FigureLayoutError"]
 
 #: colour-blind-safe palette (Okabe & Ito, 2008)
 PALETTE = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#000000"]
@@ -125,3 +131,89 @@ def roofline_plot(
         ax.set_title(title)
     ax.legend(loc="lower right")
     return ax
+
+
+class FigureLayoutError(ValueError):
+    """A figure whose labels collide: :func:`show` refuses it and names each collision."""
+
+
+def _overlap(a: Bbox, b: Bbox) -> float:
+    """Area of the intersection of two display-space boxes, in square pixels (0 when apart)."""
+    w = min(a.x1, b.x1) - max(a.x0, b.x0)
+    h = min(a.y1, b.y1) - max(a.y0, b.y0)
+    return max(w, 0.0) * max(h, 0.0)
+
+
+def _line_points(line: Line2D, per_segment: int = 24) -> np.ndarray:
+    """Display-space points along a drawn line: its vertices, and points between them when it has a
+    line style (so a reference line that crosses a legend counts even with no vertex inside it)."""
+    xy = line.get_transform().transform(np.column_stack(line.get_data()).astype(float))
+    xy = xy[np.isfinite(xy).all(axis=1)]
+    if len(xy) < 2 or line.get_linestyle() in ("None", "none", "", " "):
+        return xy
+    t = np.linspace(0.0, 1.0, per_segment, endpoint=False)[None, :, None]
+    seg = xy[:-1, None, :] + t * (xy[1:, None, :] - xy[:-1, None, :])
+    return np.vstack([seg.reshape(-1, 2), xy[-1:]])
+
+
+def label_collisions(fig: Figure | None = None, min_overlap: float = 0.1,
+                     margin_px: float = 2.0) -> list[str]:
+    """What overlaps in ``fig`` (default: the current figure), one sentence per collision:
+
+    * two texts (annotations, ``ax.text`` labels) whose boxes overlap by more than ``min_overlap``
+      of the smaller box's area (``mm 4096`` printed over ``mm 8192``);
+    * a legend over a text, or over drawn data: a marker, a line's vertex or any point along a drawn
+      line inside the legend's box shrunk by ``margin_px`` pixels on each side.
+
+    Titles, axis labels and tick labels are laid out by matplotlib and not checked. The figure is
+    drawn once (Agg) to know where everything is. An empty list means no collision.
+    """
+    fig = plt.gcf() if fig is None else fig
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    problems: list[str] = []
+    for k, ax in enumerate(fig.axes):
+        where = f"axes {k + 1}" + (f" ({ax.get_title()!r})" if ax.get_title() else "")
+        texts = [t for t in ax.texts if t.get_visible() and t.get_text().strip()]
+        boxes = [t.get_window_extent(renderer) for t in texts]
+        for i in range(len(texts)):
+            for j in range(i + 1, len(texts)):
+                small = min(boxes[i].width * boxes[i].height, boxes[j].width * boxes[j].height)
+                if small > 0 and _overlap(boxes[i], boxes[j]) > min_overlap * small:
+                    problems.append(f"{where}: label {texts[i].get_text()!r} overlaps label {texts[j].get_text()!r}")
+        legend = ax.get_legend()
+        if legend is None or not legend.get_visible():
+            continue
+        lb = legend.get_window_extent(renderer)
+        inner = Bbox.from_extents(lb.x0 + margin_px, lb.y0 + margin_px,
+                                                        lb.x1 - margin_px, lb.y1 - margin_px)
+        for t, b in zip(texts, boxes, strict=True):
+            if _overlap(inner, b) > 0:
+                problems.append(f"{where}: the legend covers label {t.get_text()!r}")
+        hidden = 0
+        for line in ax.lines:
+            if line.get_visible() and len(line.get_xdata()):
+                pts = _line_points(line)
+                hidden += int(np.sum((pts[:, 0] > inner.x0) & (pts[:, 0] < inner.x1)
+                                     & (pts[:, 1] > inner.y0) & (pts[:, 1] < inner.y1)))
+        for coll in ax.collections:
+            offsets = coll.get_offsets()
+            if coll.get_visible() and len(offsets):
+                pts = coll.get_offset_transform().transform(np.asarray(offsets, dtype=float))
+                hidden += int(np.sum((pts[:, 0] > inner.x0) & (pts[:, 0] < inner.x1)
+                                     & (pts[:, 1] > inner.y0) & (pts[:, 1] < inner.y1)))
+        if hidden:
+            problems.append(f"{where}: the legend sits on the data ({hidden} drawn points under it); "
+                            "move it (loc=..., bbox_to_anchor=...) or make room (set_ylim)")
+    return problems
+
+
+def show(fig: Figure | None = None) -> None:
+    """Show ``fig`` (default: the current figure) as ``plt.show()`` does, after checking that no
+    labels collide (:func:`label_collisions`); a figure with collisions raises
+    :class:`FigureLayoutError` naming each one, so the book's build fails instead of printing it."""
+    fig = plt.gcf() if fig is None else fig
+    problems = label_collisions(fig)
+    if problems:
+        raise FigureLayoutError("the figure's labels collide:\n  " + "\n  ".join(problems))
+    plt.show()
