@@ -203,3 +203,20 @@ def test_written_file_round_trips(tmp_path):
     p.write_text(json.dumps(good()))
     text = run.summary(ms.load(p))
     assert "copy_bandwidth" in text and "of datasheet" in text
+
+
+def test_matmul_records_burst_and_sustained_when_asked():
+    """With sustain_s > 0 the matmul figure carries burst vs sustained from mlsys.bench.sustained:
+    throughput = 2 n^3 / time, slowdown = sustained time / burst time (worked out here), no clocks on a CPU."""
+    s = micro.Sizes(2**12, 48, 0, 5, 0.001, 2, 0.05)
+    fig = micro.matmul_throughput("cpu", s, "fp32")
+    ps = fig["power_state"]
+    flops = 2 * 48**3
+    for key in ("burst", "sustained"):
+        t = ps[key]["time"]["value"]
+        assert ps[key]["throughput"]["unit"] == "TFLOP/s"
+        assert ps[key]["throughput"]["value"] == pytest.approx(flops / t / 1e12)
+    assert ps["slowdown"]["value"] == pytest.approx(ps["sustained"]["time"]["value"] / ps["burst"]["time"]["value"])
+    assert ps["repeats"] >= 40 and "clocks" not in ps and "series" not in ps
+    assert "no clock readings" in ps["method"]
+    assert "power_state" not in micro.matmul_throughput("cpu", micro.Sizes(2**12, 32, 0, 5, 0.001, 2), "fp32")

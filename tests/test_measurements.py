@@ -236,3 +236,26 @@ def test_recorded_matmul_fastest_is_the_fastest_call_not_a_burst():
             assert fig["fastest"]["value"] >= fig["value"]
             seen += 1
     assert seen >= 1
+
+
+def test_recorded_matmul_power_state_agrees_with_the_median_and_the_card_limits():
+    """Where a roofs file records burst vs sustained for a matmul, it is checked against what is known
+    independently: the sustained rate of the long run and the median of the short one measure the same
+    steady state (within 25 %); the burst is at most the fastest single call (5 % noise); on a GPU the
+    clocks seen never exceed the card's maximum SM clock and the power stays under its limit (+5 %)."""
+    for slug in ms.available():
+        data = ms.load(slug).data
+        for name, fig in data["figures"].items():
+            ps = fig.get("power_state")
+            if not name.startswith("matmul_") or ps is None:
+                continue
+            sustained = ps["sustained"]["throughput"]["value"] * 1e12
+            burst = ps["burst"]["throughput"]["value"] * 1e12
+            assert sustained == pytest.approx(fig["value"], rel=0.25), f"{slug} {name}"
+            assert burst <= fig["fastest"]["value"] * 1.05, f"{slug} {name}: burst above the fastest call"
+            if data["device"]["kind"] != "cuda":
+                continue
+            limits, clocks = ps["limits"], ps["clocks"]
+            for window in ("burst", "sustained"):
+                assert clocks[window]["sm_clock"]["max"]["value"] <= limits["max_sm_clock"]["value"], (slug, name)
+                assert clocks[window]["power"]["median"]["value"] <= 1.05 * limits["power_limit"]["value"], (slug, name)

@@ -138,3 +138,14 @@ def test_burst_and_sustained_on_the_cpu_without_clocks():
         burst_and_sustained(lambda: None, "cpu", what="x", flops=0)
     with pytest.raises(ValueError, match="seconds"):
         burst_and_sustained(lambda: None, "cpu", what="x", flops=1, seconds=-1)
+
+
+def test_a_fast_burst_still_has_clock_readings():
+    """Ten 0.6 ms repeats end 6 ms after the start, between two 10 ms NVML readings: the burst window
+    widens to 0.2 s, so it holds the readings at 10, 20, ... 200 ms after the start (here at 1980 MHz)."""
+    times = [0.6e-3] * 400
+    samples = [Sample(t=1.0 + 0.01 * i + 0.0095, sm_clock=1980.0, memory_clock=2600.0, power=500.0,
+                      temperature=50.0) for i in range(-50, 60)]
+    out = power_clocks.analyse(times, 2e9, samples, start=1.0, idle_from=0.6)
+    assert 15 <= out["clocks"]["burst"]["samples"] <= 26
+    assert out["clocks"]["burst"]["sm_clock"]["median"]["value"] == 1980

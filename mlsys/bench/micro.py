@@ -39,17 +39,18 @@ class Sizes:
     launches: int          # launches per timed call in the launch-overhead loops
     budget_s: float        # time each figure's repeats may take
     min_repeats: int
+    sustain_s: float = 0.0  # seconds of back-to-back matmuls for burst vs sustained (0: not measured)
 
 
 def sizes_for(device: str, quick: bool = False) -> Sizes:
     """Sizes per device: on a GPU, 1 GiB buffers (20x an H100's L2) and 8192^3 matmuls."""
     if device == "cuda":
         if quick:
-            return Sizes(2**26, 4096, 2**26, 100, 0.05, 10)
-        return Sizes(2**28, 8192, 2**28, 200, 0.5, 30)
+            return Sizes(2**26, 4096, 2**26, 100, 0.05, 10, 1.0)
+        return Sizes(2**28, 8192, 2**28, 200, 0.5, 30, 10.0)
     if quick:
-        return Sizes(2**24, 512, 0, 50, 0.1, 5)
-    return Sizes(2**25, 2048, 0, 100, 0.6, 7)
+        return Sizes(2**24, 512, 0, 50, 0.1, 5, 0.2)
+    return Sizes(2**25, 2048, 0, 100, 0.6, 7, 2.0)
 
 
 def _torch() -> Any:
@@ -133,6 +134,12 @@ def matmul_throughput(device: str, sizes: Sizes, dtype: str) -> dict[str, Any]:
     *burst* rate, which has one definition, in :mod:`mlsys.bench.sustained` (the median of the first
     repeats after an idle pause, timed back to back); the ``value`` is the median over the run.
 
+    When ``sizes.sustain_s`` is positive the same call is then run back to back for that long by
+    :func:`mlsys.bench.sustained.burst_and_sustained`, and the figure records its ``power_state``:
+    the burst and sustained throughputs (TFLOP/s), their ratio, and on a GPU with NVML the SM clock,
+    power and clock-event reasons seen idle, in the burst and in the sustained half, with the card's
+    limits (the per-second series are left out of the roofs file; chapter 13 records one).
+
     fp32 runs with ``torch.set_float32_matmul_precision("highest")`` (true fp32), tf32 with
     ``"high"`` (TF32 tensor cores, as ``torch.backends.cuda.matmul.allow_tf32 = True``), fp16 and
     bf16 with ``torch.matmul``, fp8 (e4m3 operands, bf16 output, unit scales) with
@@ -177,15 +184,40 @@ def matmul_throughput(device: str, sizes: Sizes, dtype: str) -> dict[str, Any]:
             raise AssertionError(f"matmul {dtype}: relative error {err.item():.2e} exceeds {_TOL[dtype]}")
         return True
 
+    flops = matmul_flops(n, n, n).m
+    power_state = None
     try:
         t = _time(fn, device, sizes, f"{dtype} matmul {n}x{n}x{n}", check=check)
+        if sizes.sustain_s > 0:
+            power_state = _power_state(fn, device, f"{dtype} matmul {n}x{n}x{n}", flops, sizes.sustain_s, check)
     finally:
         torch.set_float32_matmul_precision(prev_precision)
-    flops = matmul_flops(n, n, n).m
     fastest = {"value": flops / t.min, "unit": "FLOP/s",
                "method": "2 n^3 / the fastest timed call (not a burst figure: burst and sustained are defined in mlsys.bench.sustained)"}
-    return _figure(flops / t.median, "FLOP/s", method + f" (sustained: median of {t.repeats} calls)",
-                   f"m = n = k = {n}", t, fastest=fastest)
+    extra: dict[str, Any] = {"fastest": fastest}
+    if power_state is not None:
+        extra["power_state"] = power_state
+    return _figure(flops / t.median, "FLOP/s", method + f" (median of {t.repeats} calls)",
+                   f"m = n = k = {n}", t, **extra)
+
+
+def _power_state(fn: Callable[[], Any], device: str, what: str, flops: float, seconds: float,
+                 check: Callable[[Any], object]) -> dict[str, Any]:
+    """Burst vs sustained throughput and the clocks seen, for the roofs file (no per-second series)."""
+    from .sustained import burst_and_sustained
+
+    sample = device == "cuda"
+    if sample:
+        try:
+            import pynvml  # noqa: F401
+        except ImportError:
+            sample = False
+    out = burst_and_sustained(fn, device, what=what, flops=flops, seconds=seconds, check=check, sample=sample)
+    out.pop("series", None)
+    out.pop("timing", None)
+    out["method"] = (f"mlsys.bench.sustained.burst_and_sustained: {seconds:g} s of back-to-back calls after a "
+                     "2 s idle pause" + ("" if sample else "; no clock readings (no NVML here)"))
+    return out
 
 
 def launch_eager(device: str, sizes: Sizes) -> dict[str, Any]:

@@ -13,7 +13,8 @@ returns both figures and the clocks seen::
 
 This is the course's one definition of *burst* and *sustained*. The roofs' matmul figures
 (:func:`mlsys.bench.micro.matmul_throughput`) record a median over their run and ``fastest``, the
-rate of the fastest single call: neither is a burst figure in this sense.
+rate of the fastest single call (neither is a burst figure in this sense), and, in ``power_state``,
+this module's burst and sustained figures with the clocks seen, from a second run of the same call.
 
 :func:`analyse` does the arithmetic on recorded repeat times and samples (tested without a GPU).
 """
@@ -38,13 +39,15 @@ def _bins(values: list[float], n_bins: int) -> list[float]:
 
 
 def analyse(times: list[float], flops: float, samples: list[Sample], start: float, idle_from: float,
-            burst: int = 10, n_bins: int = 150) -> dict[str, Any]:
+            burst: int = 10, n_bins: int = 150, min_window: float = 0.2) -> dict[str, Any]:
     """Burst vs sustained throughput from per-repeat ``times`` (s) of a kernel of ``flops`` FLOPs,
     with the sampler's readings in the idle window ``[idle_from, start)`` and during the run.
 
     The repeats ran back to back from ``start`` (sampler time, s), so repeat ``i`` ends at about
     ``start + sum(times[:i + 1])``. Burst = median of the first ``burst`` repeats; sustained =
     median of the second half of the repeats. With no ``samples`` the record has no clocks.
+    The burst's clock window spans the first ``burst`` repeats and at least ``min_window`` seconds, so
+    that a fast kernel's burst (ten 0.6 ms fp8 matmuls) still holds NVML readings (one per 10 ms).
     """
     if len(times) < 4 * burst:
         raise ValueError(f"need at least {4 * burst} repeats to tell burst from sustained, got {len(times)}")
@@ -78,9 +81,10 @@ def analyse(times: list[float], flops: float, samples: list[Sample], start: floa
         result.update({
             "clocks": {
                 "idle": summarise(samples, idle_from, start),
-                "burst": summarise(samples, start, ends[burst - 1] + 0.05),
+                "burst": summarise(samples, start, max(ends[burst - 1], start + min_window) + 0.05),
                 "sustained": summarise(samples, ends[half - 1], ends[-1]),
-                "method": "NVML readings (SM clock, board power, temperature, clock-event reasons) in each window",
+                "method": ("NVML readings (SM clock, board power, temperature, clock-event reasons) in each window; "
+                           f"the burst window is the first {burst} repeats and at least {min_window:g} s"),
             },
             "series": {
                 "units": {"t": "s", "throughput": "TFLOP/s", "sample_t": "s", "sm_clock": "MHz", "power": "W",
