@@ -17,7 +17,7 @@ __version__ = "0.1.0"
 _SUBMODULES = (
     # the models and data a learner uses
     "units", "numerics", "hardware", "roofline", "viz", "tiling", "fusion", "comm", "overhead",
-    "occupancy", "memory_access", "energy", "transformer", "serving", "training_memory", "attention",
+    "occupancy", "memory_access", "energy", "costs", "transformer", "serving", "training_memory", "attention",
     # the two other rooms, and the command line
     "bench", "course", "cli",
 )

@@ -68,6 +68,7 @@ FLOP = [compute] = _ = flop = FLOPs = OP = op
 byte = [data] = B = octet
 bit = byte / 8 = b
 element = [elements] = elem
+dollar = [currency] = USD  # prices (mlsys.costs): an hour of a chip, a million tokens
 
 # derived
 minute = 60 * second = min

@@ -1,0 +1,268 @@
+"""What accelerator time costs, in dollars and in carbon: published prices and grid intensities.
+
+Loaded from ``mlsys/data/costs.toml`` (or ``$MLSYS_COSTS``) and validated. Every price is a
+:class:`Quote` as its publisher printed it, with the terms, the date it was in force and a link:
+
+    price per chip-hour  = instance price (USD/hour) / accelerators per instance
+    cost of a run        = chips x price per chip-hour x hours
+    cost per token       = chips x price per chip-hour / tokens per second
+    emissions            = energy (kWh) x grid intensity (g CO2 / kWh)
+
+>>> from mlsys import costs
+>>> costs.rate("H100").per_chip            # doctest: +SKIP
+<Quantity(4.91625, 'USD / hour')>
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import tomllib
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import pint
+
+from . import hardware
+from .units import Q_, DimensionError, as_quantity, require_count
+
+__all__ = ["TERMS", "COMMITMENTS", "Quote", "Grid", "CostDataError", "DATA_FILE", "data_file", "load",
+           "quotes", "rate", "grid", "cost_of"]
+
+DATA_FILE = Path(__file__).with_name("data") / "costs.toml"
+
+#: the terms a price may be offered on; the last two are committed-use discounts
+TERMS = ("on-demand", "capacity-block", "1-year", "3-year")
+COMMITMENTS = ("1-year", "3-year")
+_DATE = re.compile(r"^\d{4}-(0[1-9]|1[0-2])(-(0[1-9]|[12]\d|3[01]))?$")
+_QUOTE_KEYS = {"accelerator", "provider", "offering", "terms", "instance_price", "per_instance",
+               "listed_per_chip", "as_of", "publisher", "title", "url"}
+_GRID_KEYS = {"name", "region", "intensity", "year", "publisher", "title", "url"}
+
+
+class CostDataError(ValueError):
+    """The cost data file is malformed; the message names the entry and the field."""
+
+
+@dataclass(frozen=True)
+class Quote:
+    """One published price of accelerator time."""
+
+    accelerator: str          #: canonical name in mlsys/data/accelerators.toml
+    provider: str
+    offering: str
+    terms: str                #: one of TERMS
+    instance_price: pint.Quantity  #: USD/hour for one instance
+    per_instance: int         #: accelerators per instance
+    as_of: str
+    publisher: str
+    title: str
+    url: str
+
+    @property
+    def per_chip(self) -> pint.Quantity:
+        """Price of one accelerator-hour, USD/hour: instance price / accelerators per instance."""
+        return (self.instance_price / self.per_instance).to("USD/hour")
+
+    def cite(self) -> str:
+        """``publisher, "title", url (as of date)``: how the book cites this quote."""
+        return f"{self.publisher}, \"{self.title}\", <{self.url}> (price as of {self.as_of})"
+
+
+@dataclass(frozen=True)
+class Grid:
+    """The carbon intensity of a region's electricity in one year (g CO2 per kWh)."""
+
+    name: str
+    region: str
+    intensity: pint.Quantity
+    year: int
+    publisher: str
+    title: str
+    url: str
+
+    def cite(self) -> str:
+        return f"{self.publisher}, *{self.title}*, <{self.url}>"
+
+
+def _fail(where: str, msg: str) -> None:
+    raise CostDataError(f"{where}: {msg}")
+
+
+def _text(raw: dict[str, Any], key: str, where: str) -> str:
+    value = raw.get(key)
+    if not isinstance(value, str) or not value.strip():
+        _fail(where, f"field {key!r} must be a non-empty string, got {value!r}")
+    return value
+
+
+def _money_rate(raw: dict[str, Any], key: str, where: str) -> pint.Quantity:
+    entry = raw.get(key)
+    if not isinstance(entry, dict) or set(entry) != {"value", "unit"}:
+        _fail(where, f"field {key!r} must be {{ value = <number>, unit = \"USD/hour\" }}, got {entry!r}")
+    value = entry["value"]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        _fail(where, f"{key}.value must be a positive finite number, got {value!r}")
+    try:
+        q = Q_(float(value), entry["unit"])
+        return q.to("USD/hour")
+    except (pint.errors.UndefinedUnitError, pint.errors.DimensionalityError, DimensionError) as exc:
+        _fail(where, f"{key}.unit must be a price per time such as \"USD/hour\", got {entry['unit']!r} ({exc})")
+    raise AssertionError  # unreachable
+
+
+def _quote(raw: Any, i: int, source: str) -> Quote:
+    where = f"{source}: quote {i + 1}"
+    if not isinstance(raw, dict):
+        _fail(where, f"expected a table, got {type(raw).__name__}")
+    unknown = set(raw) - _QUOTE_KEYS
+    if unknown:
+        _fail(where, f"unknown field(s) {sorted(unknown)}; expected some of {sorted(_QUOTE_KEYS)}")
+    name = _text(raw, "accelerator", where)
+    try:
+        acc = hardware.get(name)
+    except KeyError as exc:
+        _fail(where, str(exc.args[0]))
+    where = f"{source}: quote {i + 1} ({acc.name}, {raw.get('provider')})"
+    terms = _text(raw, "terms", where)
+    if terms not in TERMS:
+        _fail(where, f"terms must be one of {TERMS}, got {terms!r}")
+    n = raw.get("per_instance")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        _fail(where, f"per_instance must be a whole number of accelerators (>= 1), got {n!r}")
+    price = _money_rate(raw, "instance_price", where)
+    if "listed_per_chip" in raw:
+        listed = _money_rate(raw, "listed_per_chip", where)
+        worked = price / n
+        # printed figures are rounded to the cent (instance) and a tenth of a cent (per chip)
+        if abs((worked - listed).to("USD/hour").m) > 0.005 / n + 0.0005:
+            _fail(where, f"the printed figures disagree: {price:~P} / {n} = {worked:~P}, but the listed "
+                         f"per-accelerator price is {listed:~P}")
+    as_of = _text(raw, "as_of", where)
+    if not _DATE.match(as_of):
+        _fail(where, f"as_of must be a date YYYY-MM or YYYY-MM-DD, got {as_of!r}")
+    url = _text(raw, "url", where)
+    if not url.startswith("https://"):
+        _fail(where, f"url must be an https:// link to where the price is printed, got {url!r}")
+    return Quote(acc.name, _text(raw, "provider", where), _text(raw, "offering", where), terms, price, n, as_of,
+                 _text(raw, "publisher", where), _text(raw, "title", where), url)
+
+
+def _grid(raw: Any, i: int, source: str) -> Grid:
+    where = f"{source}: grid {i + 1}"
+    if not isinstance(raw, dict):
+        _fail(where, f"expected a table, got {type(raw).__name__}")
+    unknown = set(raw) - _GRID_KEYS
+    if unknown:
+        _fail(where, f"unknown field(s) {sorted(unknown)}; expected some of {sorted(_GRID_KEYS)}")
+    entry = raw.get("intensity")
+    if not isinstance(entry, dict) or set(entry) != {"value", "unit"}:
+        _fail(where, f"intensity must be {{ value = <number>, unit = \"g/(kW*hour)\" }}, got {entry!r}")
+    value = entry["value"]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        _fail(where, f"intensity.value must be a finite number >= 0, got {value!r}")
+    try:
+        intensity = Q_(float(value), entry["unit"]).to("g/(kW*hour)")
+    except (pint.errors.UndefinedUnitError, pint.errors.DimensionalityError) as exc:
+        _fail(where, f"intensity.unit must be a mass per energy such as \"g/(kW*hour)\" ({exc})")
+    year = raw.get("year")
+    if isinstance(year, bool) or not isinstance(year, int) or not 1990 <= year <= 2100:
+        _fail(where, f"year must be a year such as 2023, got {year!r}")
+    url = _text(raw, "url", where)
+    if not url.startswith("https://"):
+        _fail(where, f"url must be an https:// link, got {url!r}")
+    return Grid(_text(raw, "name", where), _text(raw, "region", where), intensity, year,
+                _text(raw, "publisher", where), _text(raw, "title", where), url)
+
+
+def data_file() -> Path:
+    """The data file in use: ``$MLSYS_COSTS`` if set (your own quotes), else the packaged one."""
+    return Path(os.environ.get("MLSYS_COSTS") or DATA_FILE)
+
+
+def load(path: str | Path | None = None) -> tuple[list[Quote], dict[str, Grid]]:
+    """Load and validate a cost data file: its quotes, and its grid intensities by name.
+
+    Refused with :class:`CostDataError`: unknown accelerators or fields, prices that are not a
+    positive USD rate, printed per-instance and per-chip prices that disagree, two quotes with the
+    same accelerator, provider and terms, commitments that are not cheaper than the same provider's
+    pay-as-you-go price, dates and links that are not dates and links.
+    """
+    path = Path(path) if path is not None else data_file()
+    try:
+        with open(path, "rb") as fh:
+            data = tomllib.load(fh)
+    except FileNotFoundError:
+        raise CostDataError(f"cost data file {path} does not exist (check $MLSYS_COSTS)") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise CostDataError(f"{path}: not valid TOML ({exc})") from None
+    unknown = set(data) - {"quote", "grid"}
+    if unknown:
+        raise CostDataError(f"{path}: unknown section(s) {sorted(unknown)}; expected [[quote]] and [[grid]]")
+    qs = [_quote(raw, i, str(path)) for i, raw in enumerate(data.get("quote", []))]
+    if not qs:
+        raise CostDataError(f"{path}: no [[quote]] entries")
+    seen: dict[tuple[str, str, str], Quote] = {}
+    for q in qs:
+        key = (q.accelerator, q.provider, q.terms)
+        if key in seen:
+            raise CostDataError(f"{path}: two {q.terms} quotes for {q.accelerator} from {q.provider}; keep one")
+        seen[key] = q
+    for q in qs:
+        if q.terms in COMMITMENTS:
+            base = [p for p in qs if (p.accelerator, p.provider) == (q.accelerator, q.provider)
+                    and p.terms not in COMMITMENTS]
+            if base and q.per_chip >= min(p.per_chip for p in base):
+                raise CostDataError(f"{path}: the {q.terms} price of {q.accelerator} from {q.provider} "
+                                    f"({q.per_chip:~P}) is not below its pay-as-you-go price")
+    grids: dict[str, Grid] = {}
+    for i, raw in enumerate(data.get("grid", [])):
+        g = _grid(raw, i, str(path))
+        if g.name in grids:
+            raise CostDataError(f"{path}: grid {g.name!r} appears twice")
+        grids[g.name] = g
+    return qs, grids
+
+
+@lru_cache(maxsize=4)
+def _cached(path: str) -> tuple[list[Quote], dict[str, Grid]]:
+    return load(path)
+
+
+def quotes(accelerator: str | None = None) -> list[Quote]:
+    """Every quote in the data file, or those for one accelerator (any name or alias)."""
+    qs, _ = _cached(str(data_file()))
+    if accelerator is None:
+        return list(qs)
+    name = hardware.get(accelerator).name
+    return [q for q in qs if q.accelerator == name]
+
+
+def rate(accelerator: str) -> Quote | None:
+    """The pay-as-you-go quote for ``accelerator`` (no commitment: on-demand, else a capacity block;
+    the lowest per chip-hour where several providers are listed), or ``None`` if none is listed."""
+    payg = [q for q in quotes(accelerator) if q.terms not in COMMITMENTS]
+    if not payg:
+        return None
+    order = {t: i for i, t in enumerate(TERMS)}
+    return min(payg, key=lambda q: (order[q.terms], q.per_chip.m))
+
+
+def grid(name: str = "world-2023") -> Grid:
+    """A grid intensity by name (the data file's ``[[grid]]`` entries)."""
+    _, grids = _cached(str(data_file()))
+    if name not in grids:
+        raise KeyError(f"unknown grid {name!r}; known: {', '.join(grids)}")
+    return grids[name]
+
+
+def cost_of(chips: int, price_per_chip: pint.Quantity, duration: pint.Quantity) -> pint.Quantity:
+    """Dollars for ``chips`` accelerators at ``price_per_chip`` (USD/hour) for ``duration``:
+    ``chips x price x duration``."""
+    chips = require_count(chips, "chips")
+    price = as_quantity(price_per_chip, "USD/hour", "price_per_chip")
+    time = as_quantity(duration, "s", "duration")
+    return (chips * price * time).to("USD")
