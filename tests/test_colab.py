@@ -76,11 +76,25 @@ def test_apply_rewrites_a_fork_url_everywhere(tmp_path):
     text = json.dumps(nb)
     assert "https://colab.research.google.com/github/someone/my-fork/blob/course/labs/release/lab1_roofline/" in text
     assert "git+https://github.com/someone/my-fork@course" in text
+    # the chapter line: chapter 6 teaches Lab 1 (_toc.yml), linked relatively and on the fork's Pages site
+    assert "**Taught in**: chapter 6, [The roofline model](../../../chapters/06_roofline.md)" in text
+    assert "(https://someone.github.io/my-fork/chapters/06_roofline.html)" in text
     assert site.repository(REPO / "_config.yml")[0].removeprefix("https://github.com/") not in text
     with pytest.raises(ValueError, match="github.com/<owner>/<repo>"):
         cfg = tmp_path / "_config.yml"
         cfg.write_text("repository:\n  url: https://gitlab.com/x/y\n")
         site.repository(cfg)
+
+
+def test_labs_and_their_chapters_link_both_ways():
+    """_toc.yml puts each lab under a chapter: the lab names that chapter (site.check above) and the
+    chapter links to the lab with a {doc} reference (so the book resolves it, and the browser test
+    follows it)."""
+    chapters = site.lab_chapters(REPO)
+    assert set(chapters) == {lab for lab, _ in site.notebooks(REPO, ("release",))}
+    for lab, (_number, _title, path) in chapters.items():
+        text = (REPO / f"{path}.md").read_text(encoding="utf-8")
+        assert f"../labs/release/{lab}/{lab}>`" in text, f"{path}.md has no {{doc}} link to {lab}"
 
 
 _RUN = textwrap.dedent('''

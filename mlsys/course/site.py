@@ -5,6 +5,9 @@ From it this module generates, in every lab notebook:
 
 * the **Open in Colab** badge in the first markdown cell, pointing at the lab's *release* notebook
   (``https://colab.research.google.com/github/<owner>/<repo>/blob/<branch>/labs/release/<lab>/<lab>.ipynb``);
+* the **chapter line** under the badge, linking the lab to the chapter that teaches it (the chapter
+  whose ``sections`` list the lab in ``_toc.yml``): a relative link that the book resolves, and the
+  same page on the published site (``https://<owner>.github.io/<repo>/``) for Colab and Jupyter;
 * the **install block** of the setup cell (the first code cell), between the lines
   :data:`BEGIN` and :data:`END`: in Colab it runs
   ``pip install "gpus-for-ml-mlsys @ git+<url>@<branch>"``, which brings the course package and the
@@ -34,6 +37,9 @@ __all__ = [
     "repository",
     "colab_url",
     "colab_badge",
+    "site_url",
+    "lab_chapters",
+    "chapter_line",
     "install_block",
     "apply",
     "notebooks",
@@ -49,6 +55,7 @@ PACKAGE = "gpus-for-ml-mlsys"  # the distribution name in pyproject.toml
 # The badge is a plain link: an image from colab.research.google.com would make every lab page of the
 # published book depend on a third-party host (the browser test loads pages with no network).
 _BADGE = re.compile(r"\[!\[Open In Colab\]\([^)]*\)\]\([^)]*\)|\[\*\*Open in Colab\*\*\]\([^)]*\)")
+_CHAPTER = re.compile(r"^\*\*Taught in\*\*: .*$", re.M)
 _GITHUB = re.compile(r"^https://github\.com/([A-Za-z0-9_.-]+)/([A-Za-z0-9_.-]+?)(?:\.git)?/?$")
 
 
@@ -86,6 +93,48 @@ def colab_badge(lab: str, url: str, branch: str) -> str:
     return f"[**Open in Colab**]({colab_url(lab, url, branch)})"
 
 
+def site_url(url: str) -> str:
+    """Where the deploy workflow publishes the book: the repository's GitHub Pages address."""
+    owner, name = _GITHUB.match(url).groups()
+    return f"https://{owner.lower()}.github.io/{name}/"
+
+
+def lab_chapters(root: Path | None = None) -> dict[str, tuple[int, str, str]]:
+    """``lab -> (chapter number, chapter title, chapter path)`` from ``_toc.yml``: the chapter whose
+    ``sections`` hold ``labs/release/<lab>/<lab>``. Chapters are numbered across the numbered parts."""
+    import yaml
+
+    root = root or repo_root()
+    toc = yaml.safe_load((root / "_toc.yml").read_text(encoding="utf-8"))
+    out: dict[str, tuple[int, str, str]] = {}
+    number = 0
+    for part in toc.get("parts", []):
+        for chapter in part.get("chapters", []):
+            if part.get("numbered"):
+                number += 1
+            for section in chapter.get("sections", []):
+                m = re.fullmatch(r"labs/release/([^/]+)/\1", section.get("file", ""))
+                if m:
+                    path = chapter["file"]
+                    src = next((root / f"{path}{ext}" for ext in (".md", ".ipynb") if (root / f"{path}{ext}").is_file()),
+                               None)
+                    if src is None:
+                        raise ValueError(f"_toc.yml lists {path}, which is no .md or .ipynb file")
+                    title = next((line[2:].strip() for line in src.read_text(encoding="utf-8").splitlines()
+                                  if line.startswith("# ")), path)
+                    out[m.group(1)] = (number, title, path)
+    return out
+
+
+def chapter_line(lab: str, url: str, chapters: dict[str, tuple[int, str, str]]) -> str:
+    """The lab's link back to its chapter: relative (the book and a checkout) and on the published site."""
+    if lab not in chapters:
+        raise ValueError(f"{lab}: _toc.yml lists it under no chapter (add it to a chapter's sections)")
+    number, title, path = chapters[lab]
+    return (f"**Taught in**: chapter {number}, [{title}](../../../{path}.md) "
+            f"([on the course site]({site_url(url)}{path}.html)).")
+
+
 def install_block(url: str, branch: str) -> str:
     """The setup cell's install lines: in Colab only, pip-install the course package from the repository."""
     return "\n".join([
@@ -103,8 +152,9 @@ def _src(cell: dict[str, Any]) -> str:
     return cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
 
 
-def apply(nb: dict[str, Any], lab: str, url: str | None = None, branch: str | None = None) -> dict[str, Any]:
-    """Write the configured badge and install block into notebook ``nb`` (in place); return it.
+def apply(nb: dict[str, Any], lab: str, url: str | None = None, branch: str | None = None,
+          chapters: dict[str, tuple[int, str, str]] | None = None) -> dict[str, Any]:
+    """Write the configured badge, chapter line and install block into notebook ``nb`` (in place); return it.
 
     Raises ``ValueError`` if the first markdown cell has no Colab badge or the first code cell has
     no install block between :data:`BEGIN` and :data:`END` (a lab must have both).
@@ -118,7 +168,14 @@ def apply(nb: dict[str, Any], lab: str, url: str | None = None, branch: str | No
         raise ValueError(f"{lab}: expected an 'Open In Colab' badge in the first markdown cell")
     if code is None or BEGIN not in _src(code) or END not in _src(code):
         raise ValueError(f"{lab}: expected the first code cell to hold the install block ({BEGIN!r} ... {END!r})")
-    _set(md, _BADGE.sub(lambda _m: colab_badge(lab, url, branch), _src(md), count=1))
+    text = _BADGE.sub(lambda _m: colab_badge(lab, url, branch), _src(md), count=1)
+    line = chapter_line(lab, url, lab_chapters() if chapters is None else chapters)
+    if _CHAPTER.search(text):
+        text = _CHAPTER.sub(lambda _m: line, text, count=1)
+    else:
+        badge = _BADGE.search(text)
+        text = text[:badge.end()] + "\n\n" + line + text[badge.end():]
+    _set(md, text)
     src = _src(code)
     start, stop = src.index(BEGIN), src.index(END) + len(END)
     _set(code, src[:start] + install_block(url, branch) + src[stop:])
@@ -152,10 +209,11 @@ def sync(root: Path | None = None, kinds: tuple[str, ...] = ("source", "release"
     same substitution; syncing them here keeps a committed release in step without nbgrader.
     """
     url, branch = repository((root or repo_root()) / "_config.yml")
+    chapters = lab_chapters(root)
     changed = []
     for lab, path in notebooks(root, kinds):
         text = path.read_text(encoding="utf-8")
-        new = _dump(apply(json.loads(text), lab, url, branch))
+        new = _dump(apply(json.loads(text), lab, url, branch, chapters))
         if new != text:
             path.write_text(new, encoding="utf-8")
             changed.append(path)
@@ -165,17 +223,19 @@ def sync(root: Path | None = None, kinds: tuple[str, ...] = ("source", "release"
 def check(root: Path | None = None) -> list[str]:
     """Problems: notebooks whose badge or install block differ from ``_config.yml`` (empty when in sync)."""
     url, branch = repository((root or repo_root()) / "_config.yml")
+    chapters = lab_chapters(root)
     problems = []
     for lab, path in notebooks(root):
         nb = json.loads(path.read_text(encoding="utf-8"))
         before = json.dumps(nb, sort_keys=True)
         try:
-            after = json.dumps(apply(nb, lab, url, branch), sort_keys=True)
+            after = json.dumps(apply(nb, lab, url, branch, chapters), sort_keys=True)
         except ValueError as exc:
             problems.append(f"{path}: {exc}")
             continue
         if before != after:
-            problems.append(f"{path}: its Colab badge or install block differs from _config.yml's repository "
+            problems.append(f"{path}: its Colab badge, chapter line or install block differs from _config.yml and "
+                            "_toc.yml "
                             "(run `python -m mlsys.course.site sync`)")
     return problems
 
