@@ -245,3 +245,16 @@ def test_library_calls_through_imports_inside_the_function_are_detected():
         grading.assert_no_library_calls(_counts_through_a_local_import, {"mlsys.layers.*"})
     with pytest.raises(GradingError, match="torch.matmul"):
         grading.assert_no_library_calls(_matmul_through_a_local_alias)
+
+
+def test_points_are_a_bare_number_for_nbgrader_and_a_sentence_in_the_notebook():
+    from mlsys.course.grading import Points, award
+
+    p = award(2, 0.75)
+    assert p == 1.5 and repr(p) == "1.5" and float(p) == 1.5  # nbgrader parses text/plain: float(repr)
+    assert p._repr_markdown_() == "**1.5 of 2 points**"
+    none = award(2, None)
+    assert none == 0.0 and repr(none) == "0.0" and "not measured on this machine" in none._repr_markdown_()
+    import json
+
+    assert json.dumps({"score": Points(1.25, 4)}) == '{"score": 1.25}'

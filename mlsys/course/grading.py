@@ -37,6 +37,7 @@ from typing import Any
 from .device import has_cuda  # the tier rule: performance is graded only where this is True
 
 __all__ = [
+    "Points",
     "GradingError",
     "NOT_GRADED",
     "FORBIDDEN_MATMUL",
@@ -448,7 +449,26 @@ def performance_tier(name: str, measure: Callable[[], float], *, full_at: float,
     return credit
 
 
-def award(points: float, credit: float | None) -> float:
+class Points(float):
+    """A score as nbgrader reads it and a learner sees it.
+
+    nbgrader takes a test cell's partial credit from the ``text/plain`` form of its last value, so a
+    score must stay a bare number there; a notebook shows the richer Markdown form instead, a
+    sentence rather than a stray ``0.0``: ``Points(1.5, 2)`` shows as "**1.5 of 2 points**".
+    """
+
+    def __new__(cls, value: float, out_of: float | None = None, note: str = "") -> Points:
+        obj = super().__new__(cls, value)
+        obj.out_of = out_of
+        obj.note = note
+        return obj
+
+    def _repr_markdown_(self) -> str:
+        total = f" of {self.out_of:g}" if self.out_of is not None else ""
+        return f"**{float(self):g}{total} points**" + (f" ({self.note})" if self.note else "")
+
+
+def award(points: float, credit: float | None) -> Points:
     """Partial credit for an nbgrader test cell: ``points * credit``.
 
     Use as the cell's last expression: nbgrader reads a number between 0 and the cell's points as
@@ -458,10 +478,10 @@ def award(points: float, credit: float | None) -> float:
     if points < 0:
         raise ValueError(f"award: expected points >= 0, got {points}")
     if credit is None:
-        return 0.0
+        return Points(0.0, points, "not measured on this machine: the grader times it on a GPU")
     if not 0.0 <= float(credit) <= 1.0:
         raise ValueError(f"award: expected a credit between 0 and 1, got {credit}")
-    return round(float(points) * float(credit), 4)
+    return Points(round(float(points) * float(credit), 4), points)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -512,22 +512,23 @@ def main() -> int:
 
 def grade_performance(lab: str, grade_id: str, *, spec: Path | str | None = None, fake: bool | None = None,
                       namespace: dict[str, Any] | None = None) -> float:
-    """Preview of a ``perf_*`` cell in the learner's notebook; returns the points (the cell's last value).
+    """Preview of a ``perf_*`` cell in the learner's notebook; returns the points (the cell's last value,
+    a :class:`mlsys.course.grading.Points`: a bare number for nbgrader, a sentence in the notebook).
 
     Without CUDA (and no fake timer) prints :data:`mlsys.course.grading.NOT_GRADED` and returns 0.0.
     The teacher's grader ignores what this prints and re-measures in a fresh process (see above).
     """
     from .device import has_cuda
-    from .grading import NOT_GRADED
+    from .grading import NOT_GRADED, Points
 
     path = Path(spec) if spec else find_spec(lab)
     fake = (os.environ.get("MLSYS_FAKE_TIMER") == "1") if fake is None else fake
     if not has_cuda() and not fake:
         print(NOT_GRADED)
-        return 0.0
+        return Points(0.0, None, "not measured on this machine: the grader times it on a GPU")
     if path is None:
         print(f"{grade_id}: no perf.toml found for {lab}; the teacher's grader measures this cell")
-        return 0.0
+        return Points(0.0, None, "measured by the teacher's grader")
     case = load_spec(path).get(grade_id)
     if case is None:
         raise KeyError(f"{path} has no [{grade_id}] table")
@@ -543,7 +544,7 @@ def grade_performance(lab: str, grade_id: str, *, spec: Path | str | None = None
     if verdict["reason"]:
         print(verdict["reason"])
     print("(a preview: the grader measures again in a fresh process that runs only your answer cells)")
-    return float(verdict["score"] or 0.0)
+    return Points(float(verdict["score"] or 0.0), case.points, "a preview")
 
 
 if __name__ == "__main__":
