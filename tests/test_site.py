@@ -186,6 +186,18 @@ def test_every_figure_has_real_alt_text(rel):
     assert not bad, f"{rel}: {len(bad)} figure(s) whose alt text is a file path: {bad[:3]}"
 
 
+def test_chapters_offer_nothing_that_cannot_run():
+    """A chapter is MyST Markdown that needs the course package: its page offers no Colab or Binder launch
+    button (they would open the .md source, which they cannot run) and no .ipynb download without the
+    labs' install cell; its download is the source file. Labs carry their own Colab link."""
+    for rel in PAGES:
+        if not rel.startswith("chapters/"):
+            continue
+        hrefs = _parsed(rel).hrefs
+        bad = [h for h in hrefs if "mybinder.org" in h or "colab.research.google.com" in h or h.endswith(".ipynb")]
+        assert not bad, f"{rel}: offers {bad[:3]}"
+
+
 def test_search_finds_a_chapter_term(browser, server):
     page = browser.new_page()
     page.goto(server + "search.html?q=roofline", wait_until="networkidle")
