@@ -79,6 +79,16 @@ def test_forbid_compute_allows_only_allocation_and_views():
     assert "aten::mul" in v["reason"]
 
 
+def test_kwargs_reach_every_call_of_the_function():
+    """kwargs = { factor = 2 }: the learner's double(x, factor=1) only passes if every call gets factor=2
+    (the correctness check, the timed calls and the fresh inputs after timing)."""
+    case = dict(CASE, kwargs={"factor": 2}, fresh_args={"x": [1000]})
+    v = _verdict(["def double(x, factor=1):\n    return x * factor\n"], case)
+    assert v["reason"] == "" and v["credit"] == 1.0, v
+    v = _verdict(["def double(x, factor=1):\n    return x * factor\n"], CASE)
+    assert "fails its correctness check" in v["reason"], v
+
+
 def test_credit_is_linear_between_zero_at_and_full_at():
     v = _verdict(["def double(x):\n    return x + x\n"], dict(CASE, full_at=4.0, zero_at=0.0))
     assert v["credit"] == pytest.approx(0.25) and v["score"] == pytest.approx(0.5)
@@ -90,6 +100,8 @@ def test_credit_is_linear_between_zero_at_and_full_at():
     ({"full_at": 0.0}, "full_at > zero_at"),
     ({"colour": "red"}, "unknown keys"),
     ({"args": []}, "args must be a table"),
+    ({"fresh_args": {"y": [3]}}, "fresh_args must name the same arguments"),
+    ({"kwargs": {"causal": [1, 2]}}, "kwargs must be a table of plain values"),
 ])
 def test_malformed_spec_is_rejected_with_its_reason(change, message):
     with pytest.raises(ValueError, match=message):

@@ -10,6 +10,8 @@ A lab with performance points keeps a spec next to its instructor notebook,
     points = 4
     args = { a = [4096, 4096], b = [4096, 4096] }   # positional tensor arguments, in order, with shapes
     quick_args = { a = [64, 48], b = [48, 32] }      # shapes for the fake timer on a CPU (default: args)
+    fresh_args = { a = [1000, 1000], b = [1000, 999] }  # optional: shapes of the after-timing checks (default: args)
+    kwargs = { causal = true }             # optional: keyword arguments of every call of the function
     dtype = "float16"                      # torch dtype name of every argument
     reference = "torch.matmul(a, b)"       # expression in torch and the argument names
     baseline = "reference"                 # time the reference ("reference") or a copy of the arguments ("copy")
@@ -55,7 +57,7 @@ import json
 import math
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -105,11 +107,13 @@ class PerfCase:
     repeats: int = 20
     warmup: int = 3
     baseline_expr: str = ""
+    fresh_args: dict[str, list[int]] = field(default_factory=dict)
+    kwargs: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_dict(cls, grade_id: str, d: dict[str, Any]) -> PerfCase:
         known = {"function", "points", "args", "quick_args", "dtype", "reference", "baseline", "forbid", "full_at",
-                 "zero_at", "rtol", "atol", "repeats", "warmup", "baseline_expr"}
+                 "zero_at", "rtol", "atol", "repeats", "warmup", "baseline_expr", "fresh_args", "kwargs"}
         missing = {"function", "points", "args", "dtype", "reference"} - set(d)
         if missing:
             raise ValueError(f"perf spec [{grade_id}]: missing keys {sorted(missing)}")
@@ -124,6 +128,11 @@ class PerfCase:
             raise ValueError(f"perf spec [{grade_id}]: expected full_at > zero_at")
         if not isinstance(d["args"], dict) or not d["args"]:
             raise ValueError(f"perf spec [{grade_id}]: args must be a table name -> shape, e.g. {{ x = [1024] }}")
+        if "fresh_args" in d and (not isinstance(d["fresh_args"], dict) or list(d["fresh_args"]) != list(d["args"])):
+            raise ValueError(f"perf spec [{grade_id}]: fresh_args must name the same arguments as args, in order")
+        kw = d.get("kwargs", {})
+        if not isinstance(kw, dict) or not all(isinstance(v, (bool, int, float, str)) for v in kw.values()):
+            raise ValueError(f"perf spec [{grade_id}]: kwargs must be a table of plain values, e.g. {{ causal = true }}")
         if not grade_id.startswith("perf_"):
             raise ValueError(f"perf spec: table names are perf_* grade ids, got {grade_id!r}")
         return cls(grade_id=grade_id, function=str(d["function"]), points=float(d["points"]),
@@ -133,7 +142,9 @@ class PerfCase:
                    forbid=d.get("forbid", "matmul"), full_at=float(d.get("full_at", 0.5)),
                    zero_at=float(d.get("zero_at", 0.0)), rtol=float(d.get("rtol", 1e-2)),
                    atol=float(d.get("atol", 1e-2)), repeats=int(d.get("repeats", 20)), warmup=int(d.get("warmup", 3)),
-                   baseline_expr=str(d.get("baseline_expr", "")))
+                   baseline_expr=str(d.get("baseline_expr", "")),
+                   fresh_args={k: [int(n) for n in v] for k, v in d.get("fresh_args", d["args"]).items()},
+                   kwargs=dict(kw))
 
 
 def load_spec(path: Path | str) -> dict[str, PerfCase]:
@@ -324,12 +335,14 @@ def _prepare(cap: _Captured, case: PerfCase, seed: int) -> _Prepared:
     dtype = getattr(torch, case.dtype, None)
     if not isinstance(dtype, torch.dtype):
         raise ValueError(f"perf spec [{case.grade_id}]: unknown dtype {case.dtype!r}")
-    shapes = case.quick_args if cap.fake or not cap.cuda else case.args
+    small = cap.fake or not cap.cuda
+    shapes = case.quick_args if small else case.args
+    fresh_shapes = case.quick_args if small else case.fresh_args
     gen = torch.Generator(device=cap.device).manual_seed(seed)
 
-    def make() -> tuple:
+    def make(which: dict[str, list[int]] = shapes) -> tuple:
         return tuple(cap.randn(*shape, generator=gen, device=cap.device, dtype=torch.float32).to(dtype)
-                     for shape in shapes.values())
+                     for shape in which.values())
 
     ref_fn = eval(f"lambda {', '.join(shapes)}: {case.reference}", {"torch": torch})  # the teacher's spec
     timed_ref = eval(f"lambda {', '.join(shapes)}: {case.baseline_expr}", {"torch": torch}) if case.baseline_expr else ref_fn
@@ -337,7 +350,7 @@ def _prepare(cap: _Captured, case: PerfCase, seed: int) -> _Prepared:
     timing_ref = ref_fn(*timing_args)
     fresh = []
     for _ in range(2):
-        args = make()
+        args = make(fresh_shapes)
         fresh.append((args, ref_fn(*args)))
     if case.baseline == "copy":
         dst = [cap.empty_like(a) for a in timing_args]
@@ -366,9 +379,13 @@ def grade_case(cap: _Captured, prep: _Prepared, namespace: dict[str, Any]) -> di
     if tampered:
         return _verdict(case, 0.0, "refused: the answer cells replaced what the grader relies on: "
                         + "; ".join(tampered[:5]), [])
-    fn = namespace.get(case.function)
-    if fn is None or not cap.callable(fn):
+    learner = namespace.get(case.function)
+    if learner is None or not cap.callable(learner):
         return _verdict(case, 0.0, f"refused: no function {case.function}() is defined by the answer cells", [])
+    kwargs = dict(case.kwargs)
+
+    def fn(*args: Any) -> Any:
+        return learner(*args, **kwargs)
     clones = [a.clone() for a in prep.timing_args]
     try:
         out, ops = _ops_of(cap, fn, prep.timing_args)
@@ -477,6 +494,10 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
 
     fake = bool(job.get("fake")) or os.environ.get("MLSYS_FAKE_TIMER") == "1"
     cases = [PerfCase.from_dict(gid, d) for gid, d in job["cases"].items()]
+    from .device import has_cuda
+
+    if fake or not has_cuda():  # CPU tensors: Triton kernels (and their @triton.jit helpers) need the
+        os.environ["TRITON_INTERPRET"] = "1"  # interpreter, chosen when triton is first imported (below)
     cap = _Captured(fake)
     seed = int(job.get("seed", random.SystemRandom().randrange(2**31)))
     prepared = {c.grade_id: _prepare(cap, c, seed + i) for i, c in enumerate(cases)}

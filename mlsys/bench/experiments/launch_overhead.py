@@ -4,7 +4,10 @@ The per-launch costs themselves (an eager op, an empty Triton kernel, a kernel i
 graph, an isolated kernel) are figures of the device roofs (``python -m mlsys measure``,
 ``roofs.json``: ``launch_eager``, ``launch_triton``, ``launch_graph``, ``kernel_latency``), one
 value each for every page. This experiment adds what explains them, using the same op
-(``torch.add(x, y, out=z)`` on one-element tensors).
+(``torch.add(x, y, out=z)`` on one-element tensors), and repeats the roofs' eager issue cost
+(:func:`mlsys.bench.micro.launch_eager`) in the same run, so that its second method (the GPU-side span
+of a thousand eager ops in a row) is compared with an issue cost measured beside it: host-side costs
+move by tens of percent between runs and machines.
 """
 
 from __future__ import annotations
@@ -67,6 +70,12 @@ def run(ctx: Any) -> dict[str, Any]:
     res["eager_gpu_span"] = {"value": t.median, "unit": "s", "timing": t.to_json(),
                              "method": f"CUDA events around {GRAPH_KERNELS} eager ops / {GRAPH_KERNELS}: the GPU's "
                                        "time between kernels when the host issues them"}
+    from ..micro import launch_eager, sizes_for
+
+    issue = launch_eager("cuda", sizes_for("cuda", quick=ctx.quick))
+    res["eager_issue"] = {"value": issue["value"], "unit": issue["unit"], "timing": issue["timing"],
+                          "method": "mlsys.bench.micro.launch_eager (the roofs' launch_eager), in this run: "
+                                    + issue["method"]}
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for _ in range(1000):
             op()
