@@ -96,7 +96,7 @@ def test_perf_cells_are_measured_by_the_trusted_process():
         assert case.points == cell["metadata"]["nbgrader"]["points"] == 2
         assert case.args == {n: [4, 32, 4096, 64] for n in "qkv"} and case.dtype == "float16"
         assert all(shape[2] == 1000 for shape in case.fresh_args.values())
-        assert case.forbid == "matmul" and "scaled_dot_product_attention(q, k, v" in case.baseline_expr
+        assert case.forbid == "matmul" and "_scaled_dot_product_flash_attention(q, k, v" in case.baseline_expr
     assert cases["perf_attention"].full_at == 0.7 and cases["perf_attention"].kwargs == {}
     assert cases["perf_attention_causal"].full_at == 0.6 and cases["perf_attention_causal"].kwargs == {"causal": True}
     assert "is_causal=True" in cases["perf_attention_causal"].reference
