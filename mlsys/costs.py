@@ -18,7 +18,6 @@ from __future__ import annotations
 import math
 import os
 import re
-import tomllib
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -27,6 +26,7 @@ from typing import Any
 import pint
 
 from . import hardware
+from .datafile import read_toml
 from .units import Q_, DimensionError, as_quantity, require_count
 
 __all__ = ["TERMS", "COMMITMENTS", "Quote", "Grid", "CostDataError", "DATA_FILE", "data_file", "load",
@@ -99,28 +99,36 @@ def _text(raw: dict[str, Any], key: str, where: str) -> str:
     return value
 
 
-def _money_rate(raw: dict[str, Any], key: str, where: str) -> pint.Quantity:
+def _table(raw: Any, where: str, keys: set[str]) -> None:
+    """A TOML table whose fields are all among ``keys``."""
+    if not isinstance(raw, dict):
+        _fail(where, f"expected a table, got {type(raw).__name__}")
+    unknown = set(raw) - keys
+    if unknown:
+        _fail(where, f"unknown field(s) {sorted(unknown)}; expected some of {sorted(keys)}")
+
+
+def _entry(raw: dict[str, Any], key: str, where: str, unit: str, what: str, allow_zero: bool = False) -> pint.Quantity:
+    """``raw[key]`` as ``{ value = <number>, unit = "..." }``, converted to ``unit``; ``what`` names the
+    dimension in the error ("a price per time")."""
     entry = raw.get(key)
     if not isinstance(entry, dict) or set(entry) != {"value", "unit"}:
-        _fail(where, f"field {key!r} must be {{ value = <number>, unit = \"USD/hour\" }}, got {entry!r}")
+        _fail(where, f"field {key!r} must be {{ value = <number>, unit = \"{unit}\" }}, got {entry!r}")
     value = entry["value"]
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        _fail(where, f"{key}.value must be a positive finite number, got {value!r}")
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+            or value < 0 or (value == 0 and not allow_zero)):
+        _fail(where, f"{key}.value must be a {'non-negative' if allow_zero else 'positive'} finite number, "
+                     f"got {value!r}")
     try:
-        q = Q_(float(value), entry["unit"])
-        return q.to("USD/hour")
+        return Q_(float(value), entry["unit"]).to(unit)
     except (pint.errors.UndefinedUnitError, pint.errors.DimensionalityError, DimensionError) as exc:
-        _fail(where, f"{key}.unit must be a price per time such as \"USD/hour\", got {entry['unit']!r} ({exc})")
+        _fail(where, f"{key}.unit must be {what} such as \"{unit}\", got {entry['unit']!r} ({exc})")
     raise AssertionError  # unreachable
 
 
 def _quote(raw: Any, i: int, source: str) -> Quote:
     where = f"{source}: quote {i + 1}"
-    if not isinstance(raw, dict):
-        _fail(where, f"expected a table, got {type(raw).__name__}")
-    unknown = set(raw) - _QUOTE_KEYS
-    if unknown:
-        _fail(where, f"unknown field(s) {sorted(unknown)}; expected some of {sorted(_QUOTE_KEYS)}")
+    _table(raw, where, _QUOTE_KEYS)
     name = _text(raw, "accelerator", where)
     try:
         acc = hardware.get(name)
@@ -133,9 +141,9 @@ def _quote(raw: Any, i: int, source: str) -> Quote:
     n = raw.get("per_instance")
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         _fail(where, f"per_instance must be a whole number of accelerators (>= 1), got {n!r}")
-    price = _money_rate(raw, "instance_price", where)
+    price = _entry(raw, "instance_price", where, "USD/hour", "a price per time")
     if "listed_per_chip" in raw:
-        listed = _money_rate(raw, "listed_per_chip", where)
+        listed = _entry(raw, "listed_per_chip", where, "USD/hour", "a price per time")
         worked = price / n
         # printed figures are rounded to the cent (instance) and a tenth of a cent (per chip)
         if abs((worked - listed).to("USD/hour").m) > 0.005 / n + 0.0005:
@@ -153,21 +161,8 @@ def _quote(raw: Any, i: int, source: str) -> Quote:
 
 def _grid(raw: Any, i: int, source: str) -> Grid:
     where = f"{source}: grid {i + 1}"
-    if not isinstance(raw, dict):
-        _fail(where, f"expected a table, got {type(raw).__name__}")
-    unknown = set(raw) - _GRID_KEYS
-    if unknown:
-        _fail(where, f"unknown field(s) {sorted(unknown)}; expected some of {sorted(_GRID_KEYS)}")
-    entry = raw.get("intensity")
-    if not isinstance(entry, dict) or set(entry) != {"value", "unit"}:
-        _fail(where, f"intensity must be {{ value = <number>, unit = \"g/(kW*hour)\" }}, got {entry!r}")
-    value = entry["value"]
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        _fail(where, f"intensity.value must be a finite number >= 0, got {value!r}")
-    try:
-        intensity = Q_(float(value), entry["unit"]).to("g/(kW*hour)")
-    except (pint.errors.UndefinedUnitError, pint.errors.DimensionalityError) as exc:
-        _fail(where, f"intensity.unit must be a mass per energy such as \"g/(kW*hour)\" ({exc})")
+    _table(raw, where, _GRID_KEYS)
+    intensity = _entry(raw, "intensity", where, "g/(kW*hour)", "a mass per energy", allow_zero=True)
     year = raw.get("year")
     if isinstance(year, bool) or not isinstance(year, int) or not 1990 <= year <= 2100:
         _fail(where, f"year must be a year such as 2023, got {year!r}")
@@ -192,13 +187,7 @@ def load(path: str | Path | None = None) -> tuple[list[Quote], dict[str, Grid]]:
     pay-as-you-go price, dates and links that are not dates and links.
     """
     path = Path(path) if path is not None else data_file()
-    try:
-        with open(path, "rb") as fh:
-            data = tomllib.load(fh)
-    except FileNotFoundError:
-        raise CostDataError(f"cost data file {path} does not exist (check $MLSYS_COSTS)") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise CostDataError(f"{path}: not valid TOML ({exc})") from None
+    data = read_toml(path, CostDataError, "cost data file", "MLSYS_COSTS")
     unknown = set(data) - {"quote", "grid"}
     if unknown:
         raise CostDataError(f"{path}: unknown section(s) {sorted(unknown)}; expected [[quote]] and [[grid]]")

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 import os
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -28,6 +27,7 @@ from typing import Any
 
 import pint
 
+from .datafile import read_toml
 from .numerics import canonical_dtype
 from .units import Q_
 
@@ -252,13 +252,7 @@ def data_file() -> Path:
 def load(path: str | Path | None = None) -> dict[str, Accelerator]:
     """Load and validate a data file (default: :func:`data_file`); name -> Accelerator."""
     path = Path(path) if path is not None else data_file()
-    try:
-        with open(path, "rb") as fh:
-            data = tomllib.load(fh)
-    except FileNotFoundError:
-        raise SpecError(f"accelerator data file {path} does not exist (check $MLSYS_ACCELERATORS)") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise SpecError(f"{path}: not valid TOML ({exc})") from None
+    data = read_toml(path, SpecError, "accelerator data file", "MLSYS_ACCELERATORS")
     accels: dict[str, Accelerator] = {}
     lookup: dict[str, str] = {}
     for raw in data.get("accelerator", []):

@@ -26,7 +26,6 @@ with the attention term counted exactly per position instead of averaged.
 from __future__ import annotations
 
 import os
-import tomllib
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -35,6 +34,7 @@ from typing import Any
 
 import pint
 
+from .datafile import read_toml
 from .hardware import Source
 from .units import Q_, require_count
 
@@ -177,13 +177,7 @@ def _norm(label: str) -> str:
 def load_models(path: str | Path | None = None) -> dict[str, ModelShape]:
     """Load and validate a model-shape file (default ``$MLSYS_MODELS`` or the packaged one): name -> shape."""
     path = Path(path) if path is not None else Path(os.environ.get("MLSYS_MODELS") or MODELS_FILE)
-    try:
-        with open(path, "rb") as fh:
-            data = tomllib.load(fh)
-    except FileNotFoundError:
-        raise ModelSpecError(f"model data file {path} does not exist") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ModelSpecError(f"{path}: not valid TOML ({exc})") from None
+    data = read_toml(path, ModelSpecError, "model data file", "MLSYS_MODELS")
     shapes: dict[str, ModelShape] = {}
     seen: dict[str, str] = {}
     for raw in data.get("model", []):
