@@ -35,7 +35,8 @@ book: $(STAMP)
 	@test -s _build/html/index.html || { echo "make book: _build/html/index.html is missing or empty" >&2; exit 1; }
 	@echo "Book built: _build/html/index.html"
 
-# Every test once (chapters are executed by tests/test_book.py; the nbgrader pipeline runs for real).
+# Every test once (chapters are executed by tests/test_book.py, or taken from a fresh book build's cache;
+# the nbgrader pipeline runs for real; the browser test runs where a built book exists).
 test: $(STAMP)
 	$(BIN)/ruff check mlsys tests
 	$(BIN)/python -m pytest
