@@ -187,6 +187,11 @@ def test_every_figure_has_a_caption_a_number_and_real_alt_text(rel):
     captioned = [f for f in figures if "_images/" in f and re.search(r'<figcaption>.*class="caption-number"', f, re.S)]
     assert len(captioned) == len(tags), (f"{rel}: {len(tags)} figure image(s), {len(captioned)} inside a <figure> "
                                          "with a numbered caption (give the cell mystnb figure metadata)")
+    chapter = re.search(r'<h1>\s*<span class="section-number">(\d+)\.', html)
+    if chapter and rel.startswith("chapters/"):  # a chapter's figures are numbered within it: Fig. 6.1, 6.2, ...
+        numbers = re.findall(r'class="caption-number">Fig\. ([\d.]+)', html)
+        want = [f"{chapter.group(1)}.{i}" for i in range(1, len(numbers) + 1)]
+        assert [n.rstrip(".") for n in numbers] == want, f"{rel}: figure numbers {numbers}, expected {want}"
 
 
 def test_chapters_offer_nothing_that_cannot_run():
