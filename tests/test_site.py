@@ -194,6 +194,13 @@ def test_every_figure_has_a_caption_a_number_and_real_alt_text(rel):
         assert [n.rstrip(".") for n in numbers] == want, f"{rel}: figure numbers {numbers}, expected {want}"
 
 
+def test_headings_are_numbered_once():
+    """The book numbers headings (6.2); a heading that types its own number reads "2.3. 4. ..."."""
+    twice = [f"{rel}: {m.group(0)}" for rel in PAGES for m in re.finditer(
+        r'section-number">[\d.]+\s*</span>\s*\d+(?:-\d+)?\.\s', (HTML / rel).read_text(encoding="utf-8"))]
+    assert not twice, "headings numbered twice:\n" + "\n".join(twice[:10])
+
+
 def test_chapters_offer_nothing_that_cannot_run():
     """A chapter is MyST Markdown that needs the course package: its page offers no Colab or Binder launch
     button (they would open the .md source, which they cannot run) and no .ipynb download without the
