@@ -207,3 +207,17 @@ def test_kernel_cannot_reach_the_runners_result_stream(tmp_path, site):
     seen = json.loads(re.search(r"PROBE(.*?)END", text).group(1))  # the probe's dict
     # the runner's parent is the kernel's parent: its descriptors and memory are closed to the kernel
     assert seen["fd"] == [] and seen["mem"] == "PermissionError" and seen["environ"] == "PermissionError", seen
+
+
+def test_a_course_under_tmp_or_home_stays_visible(tmp_path, monkeypatch, site):
+    """A venv under /tmp or /home (a clone in /tmp/ci, a teacher's ~/course/.venv) is bound read-only
+    *after* /tmp and /home are emptied: bwrap applies its arguments in order, so a tmpfs mounted later
+    would hide the interpreter and every submission would fail to start."""
+    venv = str(tmp_path / "course" / ".venv")  # pytest's tmp_path lies under /tmp
+    Path(venv).mkdir(parents=True)
+    assert venv.startswith("/tmp/")
+    monkeypatch.setattr(sys, "prefix", venv)
+    cmd = sandbox.command(["python", "-c", "pass"], tmp_path, site, bwrap="/usr/bin/bwrap")
+    tmpfs = [i for i, a in enumerate(cmd) if a == "--tmpfs" and cmd[i + 1] in ("/tmp", "/home")]
+    bind = next(i for i, a in enumerate(cmd) if a == "--ro-bind" and cmd[i + 1] == venv)
+    assert len(tmpfs) == 2 and max(tmpfs) < bind, cmd

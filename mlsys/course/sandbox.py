@@ -188,6 +188,10 @@ def command(argv: list[str], scratch: Path, site: Path, *, limits: Limits | None
     scratch, site = Path(scratch).resolve(), Path(site).resolve()
     args = [bwrap, "--unshare-all", "--unshare-user", "--uid", "1000", "--gid", "1000", "--cap-drop", "ALL",
             "--die-with-parent", "--new-session", "--hostname", "sandbox"]
+    # Empty /tmp and /home first: a Python (a venv) that lives under them is bound on top below. Mounted
+    # after the binds, the tmpfs would hide a course checked out in /tmp or in a home folder, and every
+    # submission would fail to start (found by CI on a clone in /tmp/ci).
+    args += ["--tmpfs", "/tmp", "--tmpfs", "/home"]
     for path in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt"):
         if Path(path).exists():
             args += ["--ro-bind", path, path] if not Path(path).is_symlink() else ["--symlink", os.readlink(path), path]
@@ -195,7 +199,7 @@ def command(argv: list[str], scratch: Path, site: Path, *, limits: Limits | None
         if prefix and Path(prefix).exists() and not any(prefix.startswith(p + "/") or prefix == p
                                                         for p in ("/usr", "/bin", "/lib", "/opt")):
             args += ["--ro-bind", prefix, prefix]
-    args += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--tmpfs", "/home",
+    args += ["--dev", "/dev", "--proc", "/proc",
              "--ro-bind", str(site), "/sandbox/site", "--bind", str(scratch), INSIDE_HOME, "--chdir", INSIDE_HOME]
     args += ["--ro-bind", "/sys", "/sys"]  # CPU topology for OpenMP/torch threads, GPU discovery; read-only
     if (site / HOSTS_FILE).is_file():
