@@ -67,10 +67,6 @@ class Quote:
         """Price of one accelerator-hour, USD/hour: instance price / accelerators per instance."""
         return (self.instance_price / self.per_instance).to("USD/hour")
 
-    def cite(self) -> str:
-        """``publisher, "title", url (as of date)``: how the book cites this quote."""
-        return f"{self.publisher}, \"{self.title}\", <{self.url}> (price as of {self.as_of})"
-
 
 @dataclass(frozen=True)
 class Grid:
@@ -84,9 +80,6 @@ class Grid:
     title: str
     url: str
 
-    def cite(self) -> str:
-        return f"{self.publisher}, *{self.title}*, <{self.url}>"
-
 
 def _fail(where: str, msg: str) -> None:
     raise CostDataError(f"{where}: {msg}")
@@ -97,6 +90,14 @@ def _text(raw: dict[str, Any], key: str, where: str) -> str:
     if not isinstance(value, str) or not value.strip():
         _fail(where, f"field {key!r} must be a non-empty string, got {value!r}")
     return value
+
+
+def _link(raw: dict[str, Any], where: str) -> str:
+    """The entry's ``url``: an https:// link to where its figure is printed."""
+    url = _text(raw, "url", where)
+    if not url.startswith("https://"):
+        _fail(where, f"url must be an https:// link to where the figure is printed, got {url!r}")
+    return url
 
 
 def _table(raw: Any, where: str, keys: set[str]) -> None:
@@ -152,9 +153,7 @@ def _quote(raw: Any, i: int, source: str) -> Quote:
     as_of = _text(raw, "as_of", where)
     if not _DATE.match(as_of):
         _fail(where, f"as_of must be a date YYYY-MM or YYYY-MM-DD, got {as_of!r}")
-    url = _text(raw, "url", where)
-    if not url.startswith("https://"):
-        _fail(where, f"url must be an https:// link to where the price is printed, got {url!r}")
+    url = _link(raw, where)
     return Quote(acc.name, _text(raw, "provider", where), _text(raw, "offering", where), terms, price, n, as_of,
                  _text(raw, "publisher", where), _text(raw, "title", where), url)
 
@@ -166,9 +165,7 @@ def _grid(raw: Any, i: int, source: str) -> Grid:
     year = raw.get("year")
     if isinstance(year, bool) or not isinstance(year, int) or not 1990 <= year <= 2100:
         _fail(where, f"year must be a year such as 2023, got {year!r}")
-    url = _text(raw, "url", where)
-    if not url.startswith("https://"):
-        _fail(where, f"url must be an https:// link, got {url!r}")
+    url = _link(raw, where)
     return Grid(_text(raw, "name", where), _text(raw, "region", where), intensity, year,
                 _text(raw, "publisher", where), _text(raw, "title", where), url)
 

@@ -12,7 +12,7 @@ def test_h100_capacity_block_per_chip_hour_by_hand():
     assert (q.provider, q.terms, q.per_instance) == ("AWS", "capacity-block", 8)
     # $39.33 per p5.48xlarge-hour / 8 GPUs = $4.91625 (AWS prints $4.916)
     assert q.per_chip.to("USD/hour").m == pytest.approx(4.91625)
-    assert "aws.amazon.com" in q.cite() and "2024-12" in q.cite()
+    assert "aws.amazon.com" in q.url and q.as_of == "2024-12"
 
 
 def test_cost_of_a_day_on_a_thousand_h100s_by_hand():

@@ -185,20 +185,18 @@ def matmul_throughput(device: str, sizes: Sizes, dtype: str) -> dict[str, Any]:
         return True
 
     flops = matmul_flops(n, n, n).m
-    power_state = None
+    what = f"{dtype} matmul {n}x{n}x{n}"
+    extra: dict[str, Any] = {}
     try:
-        t = _time(fn, device, sizes, f"{dtype} matmul {n}x{n}x{n}", check=check)
+        t = _time(fn, device, sizes, what, check=check)
         if sizes.sustain_s > 0:
-            power_state = _power_state(fn, device, f"{dtype} matmul {n}x{n}x{n}", flops, sizes.sustain_s, check)
+            extra["power_state"] = _power_state(fn, device, what, flops, sizes.sustain_s, check)
     finally:
         torch.set_float32_matmul_precision(prev_precision)
     fastest = {"value": flops / t.min, "unit": "FLOP/s",
                "method": "2 n^3 / the fastest timed call (not a burst figure: burst and sustained are defined in mlsys.bench.sustained)"}
-    extra: dict[str, Any] = {"fastest": fastest}
-    if power_state is not None:
-        extra["power_state"] = power_state
     return _figure(flops / t.median, "FLOP/s", method + f" (median of {t.repeats} calls)",
-                   f"m = n = k = {n}", t, **extra)
+                   f"m = n = k = {n}", t, fastest=fastest, **extra)
 
 
 def _power_state(fn: Callable[[], Any], device: str, what: str, flops: float, seconds: float,
@@ -206,17 +204,11 @@ def _power_state(fn: Callable[[], Any], device: str, what: str, flops: float, se
     """Burst vs sustained throughput and the clocks seen, for the roofs file (no per-second series)."""
     from .sustained import burst_and_sustained
 
-    sample = device == "cuda"
-    if sample:
-        try:
-            import pynvml  # noqa: F401
-        except ImportError:
-            sample = False
-    out = burst_and_sustained(fn, device, what=what, flops=flops, seconds=seconds, check=check, sample=sample)
+    out = burst_and_sustained(fn, device, what=what, flops=flops, seconds=seconds, check=check)
     out.pop("series", None)
     out.pop("timing", None)
-    out["method"] = (f"mlsys.bench.sustained.burst_and_sustained: {seconds:g} s of back-to-back calls after a "
-                     "2 s idle pause" + ("" if sample else "; no clock readings (no NVML here)"))
+    out["method"] = (f"mlsys.bench.sustained.burst_and_sustained: {seconds:g} s of back-to-back calls after an "
+                     "idle pause" + ("" if "clocks" in out else "; no clock readings (no NVML here)"))
     return out
 
 

@@ -62,6 +62,13 @@ def decode_reasons(mask: int) -> list[str]:
     return names
 
 
+def available() -> bool:
+    """True if the ``pynvml`` module can be imported here (NVML readings are possible)."""
+    import importlib.util
+
+    return importlib.util.find_spec("pynvml") is not None
+
+
 def _pynvml() -> Any:
     try:
         import pynvml

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .nvml import Sample, Sampler, nvml_limits, nvml_reader, summarise
+from .nvml import Sample, Sampler, available, nvml_limits, nvml_reader, summarise
 
 __all__ = ["analyse", "burst_and_sustained"]
 
@@ -104,7 +104,7 @@ def burst_and_sustained(fn: Callable[[], Any], device: str, *, what: str, flops:
     """Time ``fn`` (``flops`` FLOPs per call) back to back for about ``seconds`` after ``idle_s`` idle,
     and return :func:`analyse`'s record plus the timing and, on a GPU with NVML, the clocks and limits.
 
-    ``sample`` defaults to ``device == "cuda"``; it needs the ``pynvml`` module.
+    ``sample`` defaults to ``device == "cuda"`` where the ``pynvml`` module is installed (:func:`mlsys.bench.nvml.available`).
     """
     from .timing import time_fn
 
@@ -112,7 +112,7 @@ def burst_and_sustained(fn: Callable[[], Any], device: str, *, what: str, flops:
         raise ValueError(f"flops must be the positive number of FLOPs one call does, got {flops!r}")
     if not isinstance(seconds, (int, float)) or seconds <= 0:
         raise ValueError(f"seconds must be a positive duration, got {seconds!r}")
-    sample = device == "cuda" if sample is None else sample
+    sample = (device == "cuda" and available()) if sample is None else sample
     estimate = time_fn(fn, device, what=f"{what} (estimate)", repeats=3, warmup=2, flush_l2=False).median
     repeats = max(4 * burst, int(seconds / max(estimate, 1e-9)))
     index = 0

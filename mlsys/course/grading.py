@@ -463,6 +463,11 @@ class Points(float):
         obj.note = note
         return obj
 
+    @classmethod
+    def not_measured(cls, out_of: float | None = None) -> Points:
+        """Zero points for a performance cell on a machine where it cannot be timed (no GPU)."""
+        return cls(0.0, out_of, "not measured on this machine: the grader times it on a GPU")
+
     def _repr_markdown_(self) -> str:
         total = f" of {self.out_of:g}" if self.out_of is not None else ""
         return f"**{float(self):g}{total} points**" + (f" ({self.note})" if self.note else "")
@@ -478,7 +483,7 @@ def award(points: float, credit: float | None) -> Points:
     if points < 0:
         raise ValueError(f"award: expected points >= 0, got {points}")
     if credit is None:
-        return Points(0.0, points, "not measured on this machine: the grader times it on a GPU")
+        return Points.not_measured(points)
     if not 0.0 <= float(credit) <= 1.0:
         raise ValueError(f"award: expected a credit between 0 and 1, got {credit}")
     return Points(round(float(points) * float(credit), 4), points)

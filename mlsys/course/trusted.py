@@ -494,10 +494,13 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
 
     fake = bool(job.get("fake")) or os.environ.get("MLSYS_FAKE_TIMER") == "1"
     cases = [PerfCase.from_dict(gid, d) for gid, d in job["cases"].items()]
-    from .device import has_cuda
+    from .device import setup
 
-    if fake or not has_cuda():  # CPU tensors: Triton kernels (and their @triton.jit helpers) need the
-        os.environ["TRITON_INTERPRET"] = "1"  # interpreter, chosen when triton is first imported (below)
+    # CPU tensors (no GPU, or the fake timer): Triton kernels and their @triton.jit helpers need the
+    # interpreter, which triton picks when it is first imported (by the capture below)
+    if fake:
+        os.environ["TRITON_INTERPRET"] = "1"
+    setup()
     cap = _Captured(fake)
     seed = int(job.get("seed", random.SystemRandom().randrange(2**31)))
     prepared = {c.grade_id: _prepare(cap, c, seed + i) for i, c in enumerate(cases)}
@@ -546,7 +549,7 @@ def grade_performance(lab: str, grade_id: str, *, spec: Path | str | None = None
     fake = (os.environ.get("MLSYS_FAKE_TIMER") == "1") if fake is None else fake
     if not has_cuda() and not fake:
         print(NOT_GRADED)
-        return Points(0.0, None, "not measured on this machine: the grader times it on a GPU")
+        return Points.not_measured()
     if path is None:
         print(f"{grade_id}: no perf.toml found for {lab}; the teacher's grader measures this cell")
         return Points(0.0, None, "measured by the teacher's grader")
