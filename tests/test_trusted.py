@@ -65,6 +65,17 @@ def test_attacks_earn_no_performance_credit(cells, reason):
     assert reason in v["reason"], v["reason"]
 
 
+def test_attention_by_the_library_is_refused_on_every_backend():
+    """SDPA on a CPU runs aten::_scaled_dot_product_flash_attention_for_cpu, a name no list held (Lab 5's
+    calls_sdpa cheat earned full performance credit under the fake timer before the prefix rule)."""
+    case = {"function": "attention", "points": 2, "args": {"q": [1, 2, 8, 16], "k": [1, 2, 8, 16], "v": [1, 2, 8, 16]},
+            "dtype": "float32", "reference": "torch.nn.functional.scaled_dot_product_attention(q, k, v)",
+            "forbid": "matmul", "rtol": 1e-5, "atol": 1e-5, "repeats": 2, "warmup": 1}
+    v = _verdict(["import torch\ndef attention(q, k, v):\n"
+                  "    return torch.nn.functional.scaled_dot_product_attention(q, k, v)\n"], case)
+    assert v["credit"] == 0.0 and "aten::_scaled_dot_product_flash_attention_for_cpu" in v["reason"], v
+
+
 def test_compiled_torch_code_shows_its_library_ops():
     """torch.compile is disabled while the ops are recorded, so compiled torch code cannot hide a matmul."""
     v = _verdict(["import torch\n@torch.compile\ndef double(x):\n    return torch.mv(torch.eye(x.shape[0]) * 2, x)\n"])

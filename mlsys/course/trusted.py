@@ -62,7 +62,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["PerfCase", "answer_cells", "load_spec", "find_spec", "grade_case", "grade_performance", "run_job", "main",
-           "FORBID_MATMUL", "ALLOWED_FOR_COMPUTE", "FAKE_SECONDS"]
+           "FORBID_MATMUL", "FORBID_MATMUL_PREFIXES", "ALLOWED_FOR_COMPUTE", "FAKE_SECONDS"]
 
 FAKE_SECONDS = 1e-3
 """What the fake timer reports for every timed callable (seconds per call)."""
@@ -76,6 +76,10 @@ FORBID_MATMUL = frozenset({
     "all_reduce", "all_reduce_", "allreduce_", "reduce_scatter_tensor", "all_gather_into_tensor",
 })
 """aten (and c10d) op names a hand-written matmul or attention kernel may not run."""
+
+FORBID_MATMUL_PREFIXES = ("_scaled_dot_product_", "_flash_attention", "_efficient_attention", "_cudnn_attention")
+"""...and every attention backend by its name's prefix: each device and PyTorch version adds its own
+(on a CPU, SDPA runs ``_scaled_dot_product_flash_attention_for_cpu``, which no list above named)."""
 
 ALLOWED_FOR_COMPUTE = frozenset({
     "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros", "zeros_like", "new_zeros",
@@ -316,7 +320,7 @@ def _ops_of(cap: _Captured, fn: Any, args: tuple) -> tuple[Any, set[str]]:
 def _forbidden(case: PerfCase, ops: set[str]) -> list[str]:
     base = {op.split(".")[0] for op in ops}
     if case.forbid == "matmul":
-        return sorted(base & FORBID_MATMUL)
+        return sorted(op for op in base if op in FORBID_MATMUL or op.startswith(FORBID_MATMUL_PREFIXES))
     return sorted(base - ALLOWED_FOR_COMPUTE)
 
 
