@@ -1,8 +1,13 @@
-"""The three rooms and their import rules, checked on the source (docs/ARCHITECTURE.md explains them).
+"""The four rooms and their import rules, checked on the source (docs/ARCHITECTURE.md explains them).
+
+The order is models < runtime < bench < course: a room imports only the rooms before it.
 
 * ``mlsys/*.py`` (the models; ``cli.py`` and ``__main__.py`` are the front door) import nothing from
-  ``mlsys.bench`` or ``mlsys.course``;
-* ``mlsys.bench`` imports no ``mlsys.course`` module except ``mlsys.course.device``;
+  ``mlsys.runtime``, ``mlsys.bench`` or ``mlsys.course``;
+* ``mlsys.runtime`` imports neither ``mlsys.bench`` nor ``mlsys.course``;
+* ``mlsys.bench`` imports no ``mlsys.course`` module, with no exceptions;
+* no two modules of ``mlsys`` import each other, directly or round a longer loop (imports inside
+  functions count);
 * nothing outside ``mlsys/bench`` times GPU code: no ``torch.cuda.Event``, ``perf_counter`` or
   ``do_bench`` in the other Python modules, the scripts, or the code cells of chapters and labs;
 * ``import mlsys`` does not import torch.
@@ -24,18 +29,12 @@ PKG = REPO / "mlsys"
 FRONT_DOOR = {"cli.py", "__main__.py"}
 TIMERS = {"perf_counter", "perf_counter_ns", "Event", "do_bench", "elapsed_time"}
 
-# Known exceptions, each with its reason. Keep this list short; an entry is a debt, not a licence.
-BENCH_MAY_IMPORT = {
-    "mlsys.course.device": "the runner picks the device and the Triton interpreter the same way pages do",
-    # the lab experiments read the instructor notebooks' kernel cells; until the cell reader moves to a
-    # room both may use, they use the course's one notebook reader rather than a second copy
-    "mlsys.course.nbexec": "lab2_matmul and lab3_fusion read kernel cells of the instructor notebooks",
-    # the multi-GPU experiments start their ranks with the launcher the labs use; it belongs in a room both
-    # may import (debt: move mlsys.course.launch's process start-up next to mlsys.course.device)
-    "mlsys.course.launch": "nccl_allreduce starts one process per GPU with the labs' launcher",
-}
+ROOMS = ("models", "runtime", "bench", "course")  # each may import the rooms before it, never one after
+# Exceptions to the room order, each with its reason. It is empty and must stay so: a module two rooms
+# need belongs in the earlier room (mlsys.runtime holds what bench and course share).
+BENCH_MAY_IMPORT: dict[str, str] = {}
 TIMER_ALLOWED = {
-    "mlsys/course/nbexec.py": "records how long each notebook cell took (a report, not a GPU measurement)",
+    "mlsys/runtime/notebook.py": "records how long each notebook cell took (a report, not a GPU measurement)",
     "mlsys/course/trusted.py": "captures the clock before any answer cell runs (so a submission cannot swap it); "
                                "it times kernels with mlsys.bench.timing.time_fn",
 }
@@ -74,20 +73,117 @@ def _in(name: str, room: str) -> bool:
 
 
 MODELS = sorted(p for p in PKG.glob("*.py") if p.name not in FRONT_DOOR)
+RUNTIME = sorted((PKG / "runtime").rglob("*.py"))
 BENCH = sorted((PKG / "bench").rglob("*.py"))
 
 
+def room(module: str) -> str | None:
+    """The room of an ``mlsys`` module name (``None`` for the front door and the package itself)."""
+    parts = module.split(".")
+    if parts[0] != "mlsys" or len(parts) < 2:
+        return None
+    if parts[1] in ROOMS[1:]:
+        return parts[1]
+    return None if parts[1] in {p.removesuffix(".py") for p in FRONT_DOOR} else "models"
+
+
 @pytest.mark.parametrize("path", MODELS, ids=lambda p: p.name)
-def test_models_import_neither_bench_nor_course(path):
-    bad = sorted(n for n in imported_modules(path) if _in(n, "mlsys.bench") or _in(n, "mlsys.course"))
+def test_models_import_no_other_room(path):
+    bad = sorted(n for n in imported_modules(path) if any(_in(n, f"mlsys.{r}") for r in ROOMS[1:]))
     assert not bad, f"{path.relative_to(REPO)} is a model module but imports {bad}"
 
 
+@pytest.mark.parametrize("path", RUNTIME, ids=lambda p: str(p.relative_to(PKG)))
+def test_runtime_imports_neither_bench_nor_course(path):
+    bad = sorted(n for n in imported_modules(path) if _in(n, "mlsys.bench") or _in(n, "mlsys.course"))
+    assert not bad, f"{path.relative_to(REPO)} is in the runtime room but imports {bad}"
+
+
+def test_bench_may_import_nothing_from_course():
+    assert BENCH_MAY_IMPORT == {}, "bench imports nothing from course; move what both need into mlsys.runtime"
+
+
 @pytest.mark.parametrize("path", BENCH, ids=lambda p: str(p.relative_to(PKG)))
-def test_bench_imports_only_the_device_switch_from_course(path):
-    bad = sorted(n for n in imported_modules(path)
-                 if _in(n, "mlsys.course") and n != "mlsys.course" and not any(_in(n, ok) for ok in BENCH_MAY_IMPORT))
-    assert not bad, f"{path.relative_to(REPO)} imports {bad} from mlsys.course (allowed: {sorted(BENCH_MAY_IMPORT)})"
+def test_bench_imports_nothing_from_course(path):
+    bad = sorted(n for n in imported_modules(path) if _in(n, "mlsys.course"))
+    assert not bad, f"{path.relative_to(REPO)} imports {bad} from mlsys.course (shared code belongs in mlsys.runtime)"
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the ``mlsys`` modules it imports (at any depth; a parent package, always loaded first, is no edge)."""
+    files = {_module_name(p): p for p in PKG.rglob("*.py")}
+
+    def resolve(name: str) -> str | None:
+        while name and name not in files:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph = {}
+    for module, path in files.items():
+        targets = {resolve(n) for n in imported_modules(path) if _in(n, "mlsys")}
+        graph[module] = {t for t in targets if t and t != module and not _in(module, t)}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                comp = []
+                while True:
+                    top = stack.pop()
+                    on_stack.discard(top)
+                    comp.append(top)
+                    if top == node:
+                        break
+                if len(comp) > 1:
+                    found.append(sorted(comp))
+    return found
+
+
+def test_no_module_cycles():
+    loops = cycles(import_graph())
+    assert not loops, f"modules that import each other (move what they share into one of them, or lower): {loops}"
+
+
+def test_the_cycle_check_finds_a_loop():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_every_import_goes_down_the_room_order():
+    bad = []
+    for module, targets in import_graph().items():
+        for t in targets:
+            if room(module) and room(t) and ROOMS.index(room(t)) > ROOMS.index(room(module)):
+                bad.append(f"{module} -> {t}")
+    assert not bad, f"imports against the order {' < '.join(ROOMS)}: {sorted(bad)}"
 
 
 def _timer_uses(source: str, where: str) -> list[str]:
@@ -170,3 +266,11 @@ def test_listing_the_experiments_does_not_import_torch():
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120,
                           env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_the_architecture_page_names_every_module():
+    page = (REPO / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    missing = sorted(p.relative_to(PKG).as_posix() for p in PKG.rglob("*.py")
+                     if p.name != "__init__.py" and p.parent.name != "experiments" and p.name not in page)
+    assert not missing, f"docs/ARCHITECTURE.md does not name {missing}; say in one line what each is for"
+

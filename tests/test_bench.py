@@ -11,7 +11,7 @@ import json
 import pytest
 
 from mlsys import Q_
-from mlsys.bench import micro, roofcheck, run, timing
+from mlsys.bench import micro, roofcheck, roofs, timing
 from mlsys.bench import records as ms
 from mlsys.bench.timing import CheckFailed, Timing, choose_repeats, time_cpu, time_fn
 from mlsys.roofline import Roof
@@ -188,12 +188,12 @@ def test_microbenchmarks_on_cpu_and_skips():
 
 
 def test_output_path(tmp_path):
-    assert run.output_path(str(tmp_path) + "/", "dev") == tmp_path / "dev" / "roofs.json"
-    assert run.output_path(str(tmp_path), "dev") == tmp_path / "dev" / "roofs.json"  # an existing directory
-    assert run.output_path(str(tmp_path / "x.json"), "dev") == tmp_path / "x.json"
-    assert run.output_path(None, "dev") == ms.path_for("dev")
+    assert roofs.output_path(str(tmp_path) + "/", "dev") == tmp_path / "dev" / "roofs.json"
+    assert roofs.output_path(str(tmp_path), "dev") == tmp_path / "dev" / "roofs.json"  # an existing directory
+    assert roofs.output_path(str(tmp_path / "x.json"), "dev") == tmp_path / "x.json"
+    assert roofs.output_path(None, "dev") == ms.path_for("dev")
     with pytest.raises(ValueError, match=".json"):
-        run.output_path(str(tmp_path / "x.txt"), "dev")
+        roofs.output_path(str(tmp_path / "x.txt"), "dev")
 
 
 def test_written_file_round_trips(tmp_path):
@@ -201,7 +201,7 @@ def test_written_file_round_trips(tmp_path):
 
     p = tmp_path / "g.json"
     p.write_text(json.dumps(good()))
-    text = run.summary(ms.load(p))
+    text = roofs.summary(ms.load(p))
     assert "copy_bandwidth" in text and "of datasheet" in text
 
 

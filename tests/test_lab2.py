@@ -1,7 +1,7 @@
 """Lab 2 (tiled matmul): the notebook's structure, its reference kernels and its checks, on a CPU.
 
 The kernels are the instructor notebook's own cells (the setup cell, the warm-up and the cells tagged
-``lab2-kernel``), executed with :mod:`mlsys.course.nbexec` exactly as the GPU experiment loads them,
+``lab2-kernel``), executed with :mod:`mlsys.runtime.notebook` exactly as the GPU experiment loads them,
 and run under the Triton interpreter. Expected values are worked out by hand in the comments, or come
 from ``torch.matmul`` in fp64 (an independent implementation).
 """
@@ -25,7 +25,8 @@ mlsys.course.device.setup()  # TRITON_INTERPRET=1 without CUDA, before triton is
 torch = pytest.importorskip("torch")
 triton = pytest.importorskip("triton")
 
-from mlsys.course import checks, grading, nbexec  # noqa: E402
+from mlsys.course import checks, grading  # noqa: E402
+from mlsys.runtime import notebook as nbexec  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOK = REPO / "labs" / "source" / "lab2_tiled_matmul" / "lab2_tiled_matmul.ipynb"

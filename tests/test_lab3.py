@@ -1,7 +1,7 @@
 """Lab 3 (kernel fusion): the notebook's structure, its reference kernels and its checks, on a CPU.
 
 The kernels are taken from the instructor notebook itself (the cells with the kernels' grade_ids,
-executed with :mod:`mlsys.course.nbexec`, as the GPU experiment loads them) and run under the Triton
+executed with :mod:`mlsys.runtime.notebook`, as the GPU experiment loads them) and run under the Triton
 interpreter. Expected values are worked out by hand in the comments, or come from PyTorch's own ops
 (an independent implementation).
 """
@@ -24,7 +24,8 @@ mlsys.course.device.setup()  # TRITON_INTERPRET=1 without CUDA, before the kerne
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
-from mlsys.course import checks, grading, nbexec  # noqa: E402
+from mlsys.course import checks, grading  # noqa: E402
+from mlsys.runtime import notebook as nbexec  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOK = REPO / "labs" / "source" / "lab3_fusion" / "lab3_fusion.ipynb"

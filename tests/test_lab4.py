@@ -24,7 +24,7 @@ from mlsys.bench import experiment  # noqa: E402
 from mlsys.bench.experiments import _collectives as coll  # noqa: E402
 from mlsys.bench.experiments import nccl_allreduce  # noqa: E402
 from mlsys.bench.records import load_experiment  # noqa: E402
-from mlsys.course.launch import LaunchError, LaunchTimeout, launch  # noqa: E402
+from mlsys.runtime.launch import LaunchError, LaunchTimeout, launch  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOK = REPO / "labs" / "source" / "lab4_collectives" / "lab4_collectives.ipynb"

@@ -27,7 +27,7 @@ F = torch.nn.functional
 from mlsys.bench import experiment as runner  # noqa: E402
 from mlsys.bench.experiments import lab5_attention as experiment  # noqa: E402
 from mlsys.course import grading  # noqa: E402
-from mlsys.course.nbexec import code_cells, exec_cells  # noqa: E402
+from mlsys.runtime.notebook import code_cells, exec_cells  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOK = REPO / "labs" / "source" / "lab5_attention" / "lab5_attention.ipynb"
@@ -215,7 +215,7 @@ def _run_tests_against(replaced: dict[str, str], tests: list[str], base: list[st
     return test grade_id -> "ok" or the error's type and message."""
     cells = {c.grade_id: c.source for c in code_cells(NOTEBOOK)}
     ns: dict = {"__name__": "lab5_check"}
-    from mlsys.course.nbexec import exec_cell
+    from mlsys.runtime.notebook import exec_cell
 
     for gid in base:
         src = cells[gid]

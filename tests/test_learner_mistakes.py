@@ -149,7 +149,7 @@ def _inject(mistakes: tuple[Mistake, ...], tmp: Path) -> Path:
 
 _RUNNER = textwrap.dedent("""
     import json, sys
-    from mlsys.course import nbexec
+    from mlsys.runtime import notebook as nbexec
     records = nbexec.run_cells(sys.argv[1], skip=tuple(sys.argv[3:]))
     with open(sys.argv[2], "w") as fh:
         json.dump(records, fh)

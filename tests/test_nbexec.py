@@ -1,4 +1,4 @@
-"""mlsys.course.nbexec: running a notebook's cells without Jupyter, as the GPU scripts do."""
+"""mlsys.runtime.notebook: running a notebook's cells without Jupyter, as the GPU scripts do."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from mlsys.course.nbexec import code_cells, exec_cells, run_cells
+from mlsys.runtime.notebook import code_cells, exec_cells, run_cells
 
 
 def _notebook(tmp_path, cells):

@@ -129,6 +129,6 @@ def test_spec_file_loads(tmp_path):
 
 def test_preview_without_gpu_prints_not_graded(capsys, monkeypatch):
     monkeypatch.delenv("MLSYS_FAKE_TIMER", raising=False)
-    monkeypatch.setattr("mlsys.course.device.has_cuda", lambda: False)
+    monkeypatch.setattr("mlsys.runtime.device.has_cuda", lambda: False)
     assert trusted.grade_performance("lab0_tiny", "perf_double", fake=False) == 0.0
     assert "performance: not graded (no GPU)" in capsys.readouterr().out

@@ -143,9 +143,9 @@ def run(name: str, quick: bool = False, device: str = "auto", out: str | Path | 
     On a machine without the device it needs, raises :class:`NeedsDevice` saying what it needs.
     The record is validated before it is returned, so a malformed result fails here, not on a page.
     """
+    from ..runtime.device import pick_device
     from .provenance import provenance
     from .records import validate_experiment
-    from .run import pick_device
 
     exp = get(name)
     dev = pick_device(device)

@@ -29,6 +29,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from ..runtime.notebook import is_autograded
+
 __all__ = ["Flag", "audit_source", "audit_notebook", "format_flags"]
 
 WATCHED_MODULES = ("torch", "triton", "numpy", "mlsys", "builtins", "time", "sys", "math", "os")
@@ -237,8 +239,7 @@ def audit_notebook(nb: dict[str, Any], given: dict[str, Any] | None = None) -> l
         if cell.get("cell_type") != "code":
             continue
         code_index += 1
-        meta = cell.get("metadata", {}).get("nbgrader", {}) or {}
-        if meta.get("grade") and not meta.get("solution"):
+        if is_autograded(cell.get("metadata", {}).get("nbgrader")):
             continue
         if _text(cell) in released:
             continue

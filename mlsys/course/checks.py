@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .device import has_cuda
+from ..runtime.device import has_cuda
 from .grading import GradingError, assert_close, run_isolated
 
 __all__ = [

@@ -34,7 +34,7 @@ import types
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from .device import has_cuda  # the tier rule: performance is graded only where this is True
+from ..runtime.device import has_cuda  # the tier rule: performance is graded only where this is True
 
 __all__ = [
     "Points",

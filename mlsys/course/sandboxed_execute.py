@@ -40,6 +40,8 @@ from typing import Any
 
 from nbgrader.preprocessors import Execute
 
+from ..runtime.notebook import is_autograded
+from ..runtime.processes import kill_tree
 from . import sandbox
 from .cellrunner import error_output
 from .grading import NOT_GRADED
@@ -49,9 +51,7 @@ __all__ = ["SandboxedExecute", "run_in_sandbox", "answer_cells"]
 
 
 def _kill(proc: subprocess.Popen) -> None:
-    from .teach import _kill_tree
-
-    _kill_tree(proc.pid)
+    kill_tree(proc.pid)
     try:
         proc.wait(10)
     except subprocess.TimeoutExpired:
@@ -128,8 +128,7 @@ def _nbg(cell: Any) -> dict[str, Any]:
 
 
 def _is_test(cell: Any) -> bool:
-    m = _nbg(cell)
-    return bool(m.get("grade")) and not m.get("solution")
+    return is_autograded(_nbg(cell))
 
 
 def _copy_submission(src: Path | None, dest: Path) -> None:

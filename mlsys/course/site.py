@@ -29,6 +29,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..runtime.notebook import cell_source
+from ..runtime.paths import checkout
+
 __all__ = [
     "BEGIN",
     "END",
@@ -61,7 +64,7 @@ _GITHUB = re.compile(r"^https://github\.com/([A-Za-z0-9_.-]+)/([A-Za-z0-9_.-]+?)
 
 def repo_root() -> Path:
     """The repository checkout this package lives in (the folder holding ``_config.yml``)."""
-    return Path(__file__).resolve().parents[2]
+    return checkout()
 
 
 def repository(config: Path | None = None) -> tuple[str, str]:
@@ -148,8 +151,7 @@ def install_block(url: str, branch: str) -> str:
     ])
 
 
-def _src(cell: dict[str, Any]) -> str:
-    return cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
+_src = cell_source
 
 
 def apply(nb: dict[str, Any], lab: str, url: str | None = None, branch: str | None = None,

@@ -28,7 +28,6 @@ import hashlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -36,6 +35,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..runtime.paths import checkout, labs_root
+from ..runtime.processes import kill_tree
 from . import audit, sandbox
 from .grading import NOT_GRADED
 
@@ -46,11 +47,6 @@ CSV_FIELDS = [
     "student", "lab", "status", "correctness_score", "correctness_max", "performance_score", "performance_max",
     "performance", "manual_max", "total_score", "reason", "summary", "flags",
 ]
-
-
-def labs_root() -> Path:
-    """The nbgrader course root: ``<repo>/labs`` (the folder holding nbgrader_config.py)."""
-    return Path(__file__).resolve().parents[2] / "labs"
 
 
 def lab_names(root: Path | None = None) -> list[str]:
@@ -68,7 +64,7 @@ def _run(args: list[str], cwd: Path, timeout: float, log: Path,
     """Run ``python -m nbgrader ARGS`` in its own process group; (returncode or None on timeout, log tail)."""
     env = dict(os.environ, PYTHONHASHSEED="0", MPLBACKEND="Agg", PYDEVD_DISABLE_FILE_VALIDATION="1", **(env or {}))
     # the grader's own mlsys (nbgrader_config.py imports its sandboxed executor) whatever the working folder
-    pkg_parent = str(Path(__file__).resolve().parents[2])
+    pkg_parent = str(checkout())
     env["PYTHONPATH"] = os.pathsep.join([pkg_parent, *[p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]])
     # nbgrader runs the `alembic` script of its own environment: put that environment's bin first
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
@@ -80,45 +76,11 @@ def _run(args: list[str], cwd: Path, timeout: float, log: Path,
         except subprocess.TimeoutExpired:
             rc = None
         finally:
-            _kill_tree(proc.pid)
+            kill_tree(proc.pid)
             proc.wait()
     with open(log, "rb") as fh:
         fh.seek(max(0, log.stat().st_size - 20_000))
         return rc, fh.read().decode("utf-8", "replace")
-
-
-def _descendants(pid: int) -> list[int]:
-    """Process ids below ``pid`` (children, grandchildren, ...), read from /proc where it exists."""
-    try:
-        import psutil
-
-        return [p.pid for p in psutil.Process(pid).children(recursive=True)]
-    except Exception:  # psutil missing, or the process already gone
-        pass
-    parents: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            parents.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-        except (OSError, ValueError, IndexError):
-            continue
-    out, todo = [], [pid]
-    while todo:
-        for child in parents.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
-
-
-def _kill_tree(pid: int) -> None:
-    """SIGKILL ``pid``'s process group and every descendant (jupyter starts kernels in a new session)."""
-    victims = _descendants(pid)
-    for target in (pid, *victims):
-        for kill in (os.killpg, os.kill):
-            try:
-                kill(target, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError, OSError):
-                pass
 
 
 def _scratch_course(root: Path, labs: list[str], tmp: Path) -> Path:
@@ -503,7 +465,7 @@ def _finish(row: Row) -> Row:
 
 
 def _has_cuda() -> bool:
-    from .device import has_cuda
+    from ..runtime.device import has_cuda
 
     return has_cuda()
 
@@ -513,9 +475,10 @@ def _perf_mode(perf: str | None) -> str:
         if perf not in ("off", "cuda", "fake"):
             raise ValueError(f"perf: expected 'off', 'cuda' or 'fake', got {perf!r}")
         return perf
-    if os.environ.get("MLSYS_FAKE_TIMER") == "1":
+    from ..runtime.device import fake_timer, has_cuda
+
+    if fake_timer():
         return "fake"
-    from .device import has_cuda
 
     return "cuda" if has_cuda() else "off"
 

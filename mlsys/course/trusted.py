@@ -161,7 +161,7 @@ def load_spec(path: Path | str) -> dict[str, PerfCase]:
 
 def find_spec(lab: str) -> Path | None:
     """``perf.toml`` for ``lab``: the working folder first (a released lab), then the course's labs folder."""
-    from .teach import labs_root
+    from ..runtime.paths import labs_root
 
     for p in (Path.cwd() / "perf.toml", labs_root() / "source" / lab / "perf.toml",
               labs_root() / "release" / lab / "perf.toml"):
@@ -439,13 +439,10 @@ def grade_case(cap: _Captured, prep: _Prepared, namespace: dict[str, Any]) -> di
 
 def answer_cells(nb: dict[str, Any]) -> list[str]:
     """Sources of every code cell of ``nb`` that is not an autograded test cell (what the learner controls)."""
-    out = []
-    for cell in nb.get("cells", []):
-        meta = cell.get("metadata", {}).get("nbgrader", {}) or {}
-        if cell.get("cell_type") == "code" and not (meta.get("grade") and not meta.get("solution")):
-            src = cell.get("source", "")
-            out.append("".join(src) if isinstance(src, list) else src)
-    return out
+    from ..runtime.notebook import cell_source, is_autograded
+
+    return [cell_source({"source": cell.get("source", "")}) for cell in nb.get("cells", [])
+            if cell.get("cell_type") == "code" and not is_autograded(cell.get("metadata", {}).get("nbgrader"))]
 
 
 class _CellTimeout(BaseException):
@@ -496,9 +493,11 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
     """``{"cases": {gid: spec-dict}, "cells": [sources], "fake": bool, "seed": int}`` -> verdicts by grade id."""
     import random
 
-    fake = bool(job.get("fake")) or os.environ.get("MLSYS_FAKE_TIMER") == "1"
+    from ..runtime.device import fake_timer
+
+    fake = bool(job.get("fake")) or fake_timer()
     cases = [PerfCase.from_dict(gid, d) for gid, d in job["cases"].items()]
-    from .device import setup
+    from ..runtime.device import setup
 
     # CPU tensors (no GPU, or the fake timer): Triton kernels and their @triton.jit helpers need the
     # interpreter, which triton picks when it is first imported (by the capture below)
@@ -546,11 +545,11 @@ def grade_performance(lab: str, grade_id: str, *, spec: Path | str | None = None
     Without CUDA (and no fake timer) prints :data:`mlsys.course.grading.NOT_GRADED` and returns 0.0.
     The teacher's grader ignores what this prints and re-measures in a fresh process (see above).
     """
-    from .device import has_cuda
+    from ..runtime.device import fake_timer, has_cuda
     from .grading import NOT_GRADED, Points
 
     path = Path(spec) if spec else find_spec(lab)
-    fake = (os.environ.get("MLSYS_FAKE_TIMER") == "1") if fake is None else fake
+    fake = fake_timer() if fake is None else fake
     if not has_cuda() and not fake:
         print(NOT_GRADED)
         return Points.not_measured()

@@ -1,6 +1,6 @@
 """Shared code of the all-reduce experiments: the reference ring, sweeps and the DDP overlap step.
 
-Everything here runs *inside* a rank started by :func:`mlsys.course.launch.launch` (a process
+Everything here runs *inside* a rank started by :func:`mlsys.runtime.launch.launch` (a process
 group is already initialised). Functions are module-level so that ``spawn`` can import them.
 
 The reference ring is Lab 4's answer. It lives here, in the package learners install, because the

@@ -2,7 +2,7 @@
 
 The kernels are not copied here: they are the code cells of the instructor notebook
 ``labs/source/lab2_tiled_matmul/lab2_tiled_matmul.ipynb`` tagged ``lab2-kernel``, run with
-:mod:`mlsys.course.nbexec` (the one way this course runs a notebook's cells outside Jupyter). Each kernel
+:mod:`mlsys.runtime.notebook` (the one way this course runs a notebook's cells outside Jupyter). Each kernel
 and ``torch.matmul`` are timed with :func:`mlsys.bench.timing.time_fn` on the same inputs in the
 same run; throughput = ``2 m n k`` (:func:`mlsys.roofline.matmul_flops``) / median time; every
 result is checked against ``torch.matmul`` after timing, and on odd shapes beforehand. The
@@ -42,7 +42,7 @@ AUTOTUNERS = {"grouped+autotuned": "matmul_kernel", "persistent+TMA": "matmul_tm
 
 def kernel_sources(notebook: Path = NOTEBOOK, tag: str = KERNEL_TAG) -> list[tuple[str, str]]:
     """(grade_id, source) of the notebook's code cells tagged ``tag``, in notebook order."""
-    from ...course.nbexec import code_cells
+    from ...runtime.notebook import code_cells
 
     if not notebook.is_file():
         raise FileNotFoundError(f"expected the Lab 2 instructor notebook at {notebook}")
@@ -53,7 +53,7 @@ def kernel_sources(notebook: Path = NOTEBOOK, tag: str = KERNEL_TAG) -> list[tup
 
 
 def load_kernels(device: str, notebook: Path = NOTEBOOK) -> Any:
-    """Run the notebook's cells tagged ``lab2-kernel`` (:func:`mlsys.course.nbexec.exec_cells`) in a fresh module.
+    """Run the notebook's cells tagged ``lab2-kernel`` (:func:`mlsys.runtime.notebook.exec_cells`) in a fresh module.
 
     The module starts with the names the notebook's setup cell provides to them: ``torch``,
     ``triton``, ``tl`` and ``device`` (``"cuda"`` or ``"cpu"``). nbexec registers each cell's source,
@@ -65,7 +65,7 @@ def load_kernels(device: str, notebook: Path = NOTEBOOK) -> Any:
     import triton
     import triton.language as tl
 
-    from ...course.nbexec import exec_cells
+    from ...runtime.notebook import exec_cells
 
     module = types.ModuleType("lab2_kernels")
     module.__dict__.update(torch=torch, triton=triton, tl=tl, device=device)

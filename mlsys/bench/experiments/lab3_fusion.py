@@ -28,7 +28,7 @@ RELU_CHAIN_ARITIES = [1, 1, 1]  # relu reads x; mul reads relu's result; add rea
 
 def load_kernels(notebook: Path = NOTEBOOK) -> dict[str, Any]:
     """Execute the notebook's kernel cells (by grade_id) in a fresh namespace and return it."""
-    from ...course.nbexec import exec_cells
+    from ...runtime.notebook import exec_cells
 
     return exec_cells(notebook, list(KERNEL_CELLS), {"__name__": "lab3_fusion"})
 

@@ -34,7 +34,7 @@ CPU_SEQ_LENS = (32, 64)
 def load_reference(notebook: str | Path = NOTEBOOK) -> dict[str, Any]:
     """The namespace of the notebook's kernel cells: ``attention(q, k, v, causal=False, scale=None)``,
     ``attention_kernel`` (the autotuned Triton kernel) and their helpers."""
-    from ...course.nbexec import exec_cells
+    from ...runtime.notebook import exec_cells
 
     path = Path(notebook)
     if not path.is_file():

@@ -68,7 +68,7 @@ def fit(sweep: list[dict[str, Any]], p: int) -> dict[str, Any]:
 def run(ctx: Any) -> dict[str, Any]:
     import torch
 
-    from ...course.launch import launch
+    from ...runtime.launch import launch
     from ._collectives import time_allreduce
 
     nbytes = sizes(ctx.quick)

@@ -88,7 +88,7 @@ def _overlap(per_rank: list[dict[str, Any]], p: int, mlp: dict[str, Any]) -> dic
 
 
 def run(ctx: Any) -> dict[str, Any]:
-    from ...course.launch import launch
+    from ...runtime.launch import launch
     from ._collectives import label
     from .nccl_allreduce import summarise
 

@@ -1,4 +1,7 @@
-"""Run a notebook's code cells without Jupyter.
+"""The notebook cell model: read a notebook's code cells, and run them without Jupyter.
+
+One :class:`Cell`, one reader (:func:`code_cells`, :func:`cell_source`, :func:`is_autograded`) and one
+executor (:func:`exec_cell`) for every module and test that needs a cell's source or runs one.
 
 The GPU machines that record the labs' reference figures have no Jupyter, nbconvert or nbgrader,
 so the lab experiments (``mlsys.bench.experiments.lab*``) and the tests execute the instructor
@@ -21,7 +24,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Cell", "code_cells", "exec_cell", "run_cells", "exec_cells"]
+__all__ = ["Cell", "cell_source", "is_autograded", "code_cells", "exec_cell", "run_cells", "exec_cells"]
+
+
+def cell_source(cell: dict[str, Any]) -> str:
+    """A notebook cell's source as one string (nbformat stores it as a string or a list of lines)."""
+    src = cell["source"]
+    return src if isinstance(src, str) else "".join(src)
+
+
+def is_autograded(nbgrader: dict[str, Any] | None) -> bool:
+    """An autograded test cell, from its ``metadata.nbgrader``: ``grade`` without ``solution``."""
+    return bool(nbgrader) and bool(nbgrader.get("grade")) and not nbgrader.get("solution")
 
 
 @dataclass(frozen=True)
@@ -37,7 +51,7 @@ class Cell:
     @property
     def graded(self) -> bool:
         """An autograded test cell: nbgrader ``grade`` without ``solution``."""
-        return bool(self.nbgrader.get("grade")) and not self.nbgrader.get("solution")
+        return is_autograded(self.nbgrader)
 
 
 def code_cells(notebook: str | Path) -> list[Cell]:
@@ -53,7 +67,7 @@ def code_cells(notebook: str | Path) -> list[Cell]:
         if cell.get("cell_type") != "code":
             continue
         meta = cell.get("metadata", {})
-        src = cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
+        src = cell_source(cell)
         nbg = meta.get("nbgrader", {})
         cells.append(Cell(i, nbg.get("grade_id", f"cell-{i}"), src, tuple(meta.get("tags", ())), nbg))
     return cells

@@ -10,30 +10,13 @@ from pathlib import Path
 from typing import Any
 
 from ..roofline import Roof
+from ..runtime.device import pick_device
 from ..units import Q_
 from .micro import MICROBENCHMARKS, Skip, sizes_for
 from .records import REQUIRED_FIGURES, ROOFS, SCHEMA_VERSION, Measurement, path_for, validate
 from .roofcheck import fixed_cost, kernels_for, run_check
 
 __all__ = ["main", "measure", "pick_device", "output_path"]
-
-
-def pick_device(requested: str = "auto") -> str:
-    """``"cuda"`` if requested or available (``"auto"``), else ``"cpu"``; on a CPU, set up the
-    Triton interpreter (:func:`mlsys.course.device.setup`) before Triton is imported."""
-    from ..course import device as _device
-
-    if requested not in ("auto", "cpu", "cuda"):
-        raise ValueError(f"device must be 'auto', 'cpu' or 'cuda', got {requested!r}")
-    cuda = _device.has_cuda()
-    if requested == "cuda" and not cuda:
-        raise RuntimeError("--device cuda was asked for, but torch sees no CUDA device")
-    if requested == "cpu" or not cuda:
-        import os
-
-        os.environ["TRITON_INTERPRET"] = "1"
-        return "cpu"
-    return "cuda"
 
 
 def measure(device: str, quick: bool = False, progress: bool = True) -> dict[str, Any]:

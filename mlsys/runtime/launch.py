@@ -1,6 +1,6 @@
 """Start ``world_size`` torch.distributed processes from one Python call, and get their results back.
 
-    from mlsys.course.launch import launch
+    from mlsys.runtime.launch import launch
     sums = launch(my_function, 4, tensor)      # runs my_function(tensor) on ranks 0..3, returns 4 results
 
 Each rank is a child process that joins a process group (``gloo`` on CPUs, ``nccl`` on CUDA

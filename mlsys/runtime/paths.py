@@ -1,0 +1,34 @@
+"""Where the course's files are in the checkout this package was imported from.
+
+The package lives at ``<checkout>/mlsys``; the book's pages, the labs and the recorded measurements
+sit beside it. Every module that needs one of these folders asks here, so a move is one edit.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+__all__ = ["checkout", "labs_root", "lab_notebook"]
+
+
+def checkout() -> Path:
+    """The repository checkout this package lives in (the folder holding ``_config.yml`` and ``mlsys/``)."""
+    return Path(__file__).resolve().parents[2]
+
+
+def labs_root() -> Path:
+    """The nbgrader course root: ``<checkout>/labs`` (the folder holding ``nbgrader_config.py``)."""
+    return checkout() / "labs"
+
+
+def lab_notebook(lab: str, release: bool = False) -> Path:
+    """A lab's notebook: ``labs/source/<lab>/<lab>.ipynb`` (the instructor's), or ``labs/release/...`` (the student's).
+
+    Raises ``FileNotFoundError`` naming the labs there are when ``lab`` has no such notebook.
+    """
+    folder = labs_root() / ("release" if release else "source")
+    path = folder / lab / f"{lab}.ipynb"
+    if not path.is_file():
+        have = sorted(p.name for p in folder.iterdir() if (p / f"{p.name}.ipynb").is_file()) if folder.is_dir() else []
+        raise FileNotFoundError(f"no notebook {path}; expected one of the labs {have}")
+    return path

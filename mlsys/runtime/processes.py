@@ -1,0 +1,48 @@
+"""Stopping a process and everything it started.
+
+Jupyter starts kernels in a new session and nbgrader starts Jupyter, so killing the process the course
+started leaves grandchildren running. :func:`kill_tree` SIGKILLs a process, its process group and every
+descendant found below it (``psutil`` where installed, else ``/proc``).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+__all__ = ["descendants", "kill_tree"]
+
+
+def descendants(pid: int) -> list[int]:
+    """Process ids below ``pid`` (children, grandchildren, ...), read from /proc where it exists."""
+    try:
+        import psutil
+
+        return [p.pid for p in psutil.Process(pid).children(recursive=True)]
+    except Exception:  # psutil missing, or the process already gone
+        pass
+    parents: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            parents.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+        except (OSError, ValueError, IndexError):
+            continue
+    out, todo = [], [pid]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL ``pid``'s process group and every descendant (jupyter starts kernels in a new session)."""
+    victims = descendants(pid)
+    for target in (pid, *victims):
+        for kill in (os.killpg, os.kill):
+            try:
+                kill(target, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError, OSError):
+                pass

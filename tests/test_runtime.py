@@ -1,0 +1,82 @@
+"""mlsys.runtime: the device switch, the cell reader, the paths and the tree kill (values by hand)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from mlsys.runtime import device, notebook, paths, processes
+
+
+def test_checkout_and_labs_root_are_the_folders_holding_their_config():
+    assert (paths.checkout() / "_config.yml").is_file()
+    assert (paths.checkout() / "mlsys" / "runtime" / "paths.py").is_file()
+    assert (paths.labs_root() / "nbgrader_config.py").is_file()
+
+
+def test_lab_notebook_source_and_release():
+    assert paths.lab_notebook("lab1_roofline") == paths.checkout() / "labs/source/lab1_roofline/lab1_roofline.ipynb"
+    assert paths.lab_notebook("lab1_roofline", release=True).parts[-3:] == ("release", "lab1_roofline",
+                                                                            "lab1_roofline.ipynb")
+    with pytest.raises(FileNotFoundError, match="lab1_roofline"):  # the message lists the labs there are
+        paths.lab_notebook("lab9_nothing")
+
+
+def test_fake_timer_switch(monkeypatch):
+    monkeypatch.delenv("MLSYS_FAKE_TIMER", raising=False)
+    assert not device.fake_timer()
+    monkeypatch.setenv("MLSYS_FAKE_TIMER", "0")
+    assert not device.fake_timer()
+    monkeypatch.setenv("MLSYS_FAKE_TIMER", "1")
+    assert device.fake_timer()
+
+
+def test_pick_device(monkeypatch):
+    with pytest.raises(ValueError, match="'auto', 'cpu' or 'cuda'"):
+        device.pick_device("gpu")
+    monkeypatch.setattr(device, "has_cuda", lambda: False)
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    assert device.pick_device("auto") == "cpu"
+    import os
+
+    assert os.environ["TRITON_INTERPRET"] == "1"
+    with pytest.raises(RuntimeError, match="no CUDA device"):
+        device.pick_device("cuda")
+
+
+def test_cell_source_and_autograded():
+    assert notebook.cell_source({"source": ["a = 1\n", "b = 2"]}) == "a = 1\nb = 2"
+    assert notebook.cell_source({"source": "x"}) == "x"
+    assert notebook.is_autograded({"grade": True, "solution": False, "grade_id": "t"})
+    assert not notebook.is_autograded({"grade": True, "solution": True})  # a written answer graded by hand
+    assert not notebook.is_autograded({"grade": False, "solution": True})
+    assert not notebook.is_autograded({})
+    assert not notebook.is_autograded(None)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_kill_tree_kills_grandchildren_in_another_session():
+    code = ("import subprocess, sys, time\n"
+            "p = subprocess.Popen(['sleep', '300'], start_new_session=True)\n"
+            "print(p.pid, flush=True)\ntime.sleep(300)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    grandchild = int(proc.stdout.readline())
+    assert grandchild in processes.descendants(proc.pid)
+    processes.kill_tree(proc.pid)
+    proc.wait(10)
+    for _ in range(50):
+        if not _alive(grandchild):
+            break
+        time.sleep(0.1)
+    assert not _alive(grandchild)
