@@ -8,6 +8,10 @@ nobody would notice. Here FLOP and byte each have a dimension of their own
 
 Decimal prefixes (kB, MB, GB, TB) are powers of 1000, as vendors use them for bandwidth;
 binary prefixes (KiB, MiB, GiB) are powers of 1024, as used for memory sizes.
+
+The units readers meet in datasheets are known too: ``Gbps`` (network links, bits per second: 1 Gbps
+= 0.125 GB/s), ``kWh`` (energy: 1 kWh = 3.6 MJ) and ``TOPS`` (integer throughput, 10**12 operations
+per second; an operation counts as one FLOP).
 """
 
 from __future__ import annotations
@@ -81,6 +85,12 @@ watt = joule / second = W
 volt = watt / ampere = V
 MAC = 2 * FLOP = mac = FMA = fma
 transfer = [] = T_
+
+# units readers meet in datasheets: link speeds in bits per second (400 Gbps = 50 GB/s), energy in
+# kilowatt-hours (1 kWh = 3.6 MJ), integer throughput in operations per second (TOPS = 1e12 OP/s)
+bit_per_second = bit / second = bps
+watt_hour = watt * hour = Wh
+operation_per_second = OP / second = OPS
 """
 ureg.load_definitions(_DEFINITIONS.splitlines())
 ureg.formatter.default_format = "~P"

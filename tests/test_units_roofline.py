@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pint
 import pytest
 
 from mlsys import Q_, hardware, roofline
@@ -116,3 +117,21 @@ def test_celsius_is_known_for_provenance_temperatures():
     from mlsys.units import ureg
 
     assert ureg.Quantity(40, "degC").to("K").magnitude == pytest.approx(313.15)
+
+
+def test_units_readers_use_worked_by_hand():
+    # 1 Gbps = 1e9 bit/s = 1e9 / 8 byte/s = 0.125 GB/s; an NDR InfiniBand port, 400 Gbps, moves 50 GB/s
+    assert Q_(1, "Gbps").to("GB/s").magnitude == pytest.approx(0.125)
+    assert Q_(400, "Gbps").to("GB/s").magnitude == pytest.approx(50)
+    assert Q_(100, "Mbps").to("byte/s").magnitude == pytest.approx(12.5e6)
+    # 1 kWh = 1000 W x 3600 s = 3.6e6 J; a 700 W GPU for 24 h uses 16.8 kWh
+    assert Q_(1, "kWh").to("J").magnitude == pytest.approx(3.6e6)
+    assert (Q_(700, "W") * Q_(24, "h")).to("kWh").magnitude == pytest.approx(16.8)
+    # 1 TOPS = 1e12 operations per second, the same dimension as FLOP/s
+    assert Q_(1, "TOPS").to("FLOP/s").magnitude == pytest.approx(1e12)
+    assert Q_(3958, "TOPS").to("POPS").magnitude == pytest.approx(3.958)
+    with pytest.raises(pint.DimensionalityError):
+        Q_(1, "Gbps").to("FLOP/s")
+    with pytest.raises(pint.DimensionalityError):
+        Q_(1, "kWh").to("W")
+
