@@ -31,9 +31,27 @@ def short_kernel_name(name: str, args: int = 0) -> str:
     head, _, rest = name.strip().removeprefix("void ").partition("<")
     head = head.split("(anonymous namespace)::")[-1].split("(", 1)[0].rsplit("::", 1)[-1].strip()
     if args and rest:
-        kept = [a.strip() for a in rest.split(",")[:args]]
-        head += "<" + ", ".join(kept) + ">"
+        head += "<" + ", ".join(_template_args(rest)[:args]) + ">"
     return head
+
+
+def _template_args(rest: str) -> list[str]:
+    """The top-level arguments of a template whose opening ``<`` was just consumed (nested ``<>``/``()`` kept)."""
+    out, depth, current = [], 0, ""
+    for ch in rest:
+        if ch in "<(":
+            depth += 1
+        elif ch in ">)":
+            if depth == 0:  # the template's own closing bracket
+                break
+            depth -= 1
+        if ch == "," and depth == 0:
+            out.append(current.strip())
+            current = ""
+        else:
+            current += ch
+    out.append(current.strip())
+    return out
 
 
 def kernel_profile(fn: Callable[[], Any], device: str, calls: int = 5, flush: bool = True,
