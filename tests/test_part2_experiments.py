@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from mlsys.bench.experiments import inductor_code, kernel_artefacts, sparsity_24
@@ -76,3 +77,57 @@ def test_part2_experiments_are_registered_shown_and_recorded():
             assert (root / f"{page}.md").exists(), f"{name} is shown in {page}, which does not exist"
         rec = records.load_experiment(name, device="nvidia-h100-80gb-hbm3")
         assert rec.device.startswith("NVIDIA H100"), f"{name} was not recorded on an H100"
+
+
+def test_short_kernel_name_on_names_typed_by_hand():
+    from mlsys.bench.profile import short_kernel_name
+
+    softmax = ("void at::native::(anonymous namespace)::cunn_SoftMaxForwardReg<c10::BFloat16, float, c10::BFloat16>"
+               "(c10::BFloat16*, c10::BFloat16 const*, long)")
+    assert short_kernel_name(softmax) == "cunn_SoftMaxForwardReg"
+    assert short_kernel_name("nvjet_sm90_tst_64x8_64x16_2x1_v_bz_splitK_TNT") == "nvjet_sm90_tst_64x8_64x16_2x1_v_bz_splitK_TNT"
+    generic = "void at::native::elementwise_kernel<128, 4, at::native::gpu_kernel_impl_nocast<F> >(int, F)"
+    assert short_kernel_name(generic, args=2) == "elementwise_kernel<128, 4>"
+    assert short_kernel_name("void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_align2>(P)", args=1) == \
+        "Kernel2<cutlass_80_tensorop_bf16_s16816gemm_align2>"
+    with pytest.raises(ValueError, match="kernel name"):
+        short_kernel_name("  ")
+
+
+def test_kernel_profile_on_the_cpu_names_the_operator_and_times_it():
+    from mlsys.bench.profile import kernel_profile
+
+    x = torch.randn(256, 512)
+    prof = kernel_profile(lambda: torch.softmax(x, dim=-1), "cpu", calls=2)
+    names = [k["name"] for k in prof["kernels"]]
+    assert "aten::_softmax" in names  # the operator that does the work, named by the profiler
+    total = sum(k["time_per_call"]["value"] for k in prof["kernels"])
+    assert prof["device_time_per_call"]["value"] >= total > 0  # the listed ones are the top of the sum
+    assert prof["host_time_per_call"]["value"] > 0 and prof["calls"] == 2
+    with pytest.raises(ValueError, match="at least one call"):
+        kernel_profile(lambda: None, "cpu", calls=0)
+
+
+def test_h200_recordings_hold_the_profiles_the_pages_explain_times_with():
+    from mlsys.bench import records
+
+    lr = records.load_experiment("layer_roofline", device="nvidia-h200")
+    for layer in ("linear_t1", "softmax", "layer_norm", "gpt2_decode_mlp"):
+        prof = lr[layer]["profile"]
+        listed = sum(k["time_per_call"]["value"] for k in prof["kernels"])
+        assert prof["kernels"] and abs(listed - prof["device_time_per_call"]["value"]) <= 1e-9 + 1e-6 * listed
+        # a call's own kernels cannot take longer than the whole call timed around them, give or take noise
+        assert prof["device_time_per_call"]["value"] <= 1.1 * lr[layer]["time"]["value"]
+    sp = records.load_experiment("sparsity_24", device="nvidia-h200")
+    for key in (k for k in sp.results if k.startswith("mm_")):
+        case = sp[key]
+        ratio = case["dense_profile"]["device_time_per_call"]["value"] / \
+            case["cusparselt"]["profile"]["device_time_per_call"]["value"]
+        assert ratio == pytest.approx(case["cusparselt"]["kernel_speedup"]["value"])
+        # the per-call speed-up is the event-timed medians' ratio, recomputed
+        dense_t = case["dense"]["timing"]["median"]
+        sparse_t = case["cusparselt"]["throughput"]["timing"]["median"]
+        assert dense_t / sparse_t == pytest.approx(case["cusparselt"]["speedup"]["value"])
+    ind = records.load_experiment("inductor_code", device="nvidia-h200")
+    assert [k["name"] for k in ind["bias_gelu_scale"]["compiled_profile"]["kernels"]] == \
+        ind["bias_gelu_scale"]["kernels"]  # the kernel Inductor generated is the one the profiler saw run

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ..profile import kernel_profile, short_kernel_name  # noqa: F401 - the experiments' profile
 from ..timing import Timing, time_fn
 
 
@@ -35,3 +36,4 @@ def torch_dtype(device: str) -> tuple[Any, str]:
     import torch
 
     return (torch.bfloat16, "bf16") if device == "cuda" else (torch.float32, "fp32")
+

@@ -7,6 +7,10 @@ softmax written out by hand (max, subtract, exp, sum, divide). Times are medians
 calls of the eager and of the compiled function; the generated source is kept (trimmed to the
 kernels) so the chapter can show and read it. A third function with a ``print`` shows a graph break
 through ``torch._dynamo.explain``.
+
+Both versions also keep a per-kernel profile (:func:`._part2.kernel_profile`): the kernels one call
+runs, by name (which of PyTorch's element-wise templates each eager op fell on), with their device
+times from ``torch.profiler``; the page's explanation of the eager-vs-compiled gap rests on them.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ._part2 import figure, rel_error, timed, torch_dtype
+from ._part2 import figure, kernel_profile, rel_error, timed, torch_dtype
 
 SHOWN_IN = ("chapters/10_fusion_and_compilers",)
 NEEDS = "any"
@@ -86,6 +90,10 @@ def run(ctx: Any) -> dict[str, Any]:
             "eager": figure(t_eager.median, "s", "median time of the eager function", t_eager),
             "compiled": figure(t_comp.median, "s", "median time of the torch.compile'd function", t_comp),
             "speedup": {"value": t_eager.median / t_comp.median, "unit": "", "method": "eager / compiled medians"},
+            "eager_profile": kernel_profile(lambda fn=fn, args=args: fn(*args), ctx.device,
+                                            calls=3 if ctx.quick else 5),
+            "compiled_profile": kernel_profile(lambda c=compiled, args=args: c(*args), ctx.device,
+                                               calls=3 if ctx.quick else 5),
         }
     torch._dynamo.reset()
     explanation = torch._dynamo.explain(with_print)(x[:4])

@@ -4,13 +4,18 @@ convolution, LayerNorm, softmax and attention's Q K^T, each with its FLOPs and b
 For each layer the record holds the median time, the FLOPs and compulsory bytes counted by
 :mod:`mlsys.layers`, and the achieved FLOP/s and byte/s (count / median time). bf16 on a GPU,
 fp32 on a CPU. Caches are flushed before every timed call, so no input starts in the L2.
+
+Each layer also keeps its per-kernel profile (:func:`._part2.kernel_profile`): the kernels one call
+launches, by name, with their device times from ``torch.profiler``, and the host time per call. The
+median time above brackets one call with CUDA events and so includes the fixed cost of starting a
+lone kernel; the profile's device time is the kernels' own, which is what the roofline bounds.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ._part2 import figure, timed, torch_dtype
+from ._part2 import figure, kernel_profile, timed, torch_dtype
 
 SHOWN_IN = ("chapters/06_roofline",)
 NEEDS = "any"
@@ -85,5 +90,6 @@ def run(ctx: Any) -> dict[str, Any]:
             "time": figure(t.median, "s", "median of the timed calls", t),
             "achieved_flops": figure(flops / t.median, "FLOP/s", "counted FLOPs / median time"),
             "achieved_bandwidth": figure(nbytes / t.median, "byte/s", "compulsory bytes / median time"),
+            "profile": kernel_profile(fn, ctx.device, calls=3 if ctx.quick else 5),
         }
     return out

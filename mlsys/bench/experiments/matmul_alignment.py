@@ -4,13 +4,16 @@
 time around a multiple of 64. Throughput is ``2 m n k`` over the median time of ``torch.matmul``
 (bf16 on a GPU, fp32 on a CPU). On a GPU, a row length that is not a multiple of 8 bf16 elements
 (16 bytes) rules out the 16-byte-aligned loads and TMA copies the fastest tensor-core kernels need.
+Each point also keeps the kernels ``torch.matmul`` ran there, by name, with their device times from
+``torch.profiler`` (:func:`._part2.kernel_profile`), so a step in the sweep can be traced to a
+change of kernel.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ._part2 import figure, rel_error, timed, torch_dtype
+from ._part2 import figure, kernel_profile, rel_error, timed, torch_dtype
 
 SHOWN_IN = ("chapters/07_tensor_cores_and_formats",)
 NEEDS = "any"
@@ -41,6 +44,8 @@ def run(ctx: Any) -> dict[str, Any]:
                       check=check)
             rows.append({"m": m, "n": n, "k": k,
                          "throughput": figure(2 * m * n * k / t.median, "FLOP/s",
-                                              "2 m n k / median time of torch.matmul", t)})
+                                              "2 m n k / median time of torch.matmul", t),
+                         "profile": kernel_profile(lambda a=a, b=b: torch.matmul(a, b), ctx.device, calls=2,
+                                                   top=3)})
         out[f"sweep_{axis}"] = rows
     return out

@@ -6,13 +6,16 @@ of the SM count.
 over the median time (bf16 on a GPU). The Triton kernel launches ``ceil(s/128)^2`` programs, one per
 output tile, each looping over ``k`` in steps of 64; so it needs ``ceil(tiles / SMs)`` waves when one
 tile runs per SM at a time. On a CPU only cuBLAS' stand-in (``torch.matmul``, fp32) runs.
+Every cuBLAS point also keeps the kernel it ran, by name, with its device time from
+``torch.profiler`` (:func:`._part2.kernel_profile`): cuBLAS changes tile shape with the size, which
+moves its steps.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ._part2 import figure, rel_error, timed, torch_dtype
+from ._part2 import figure, kernel_profile, rel_error, timed, torch_dtype
 
 SHOWN_IN = ("chapters/09_tiling",)
 NEEDS = "any"
@@ -92,7 +95,10 @@ def run(ctx: Any) -> dict[str, Any]:
 
             t = timed(lambda a=a, b=b, fn=fn: fn(a, b), ctx.device, f"{name} {s}x{s}x{k}", ctx.quick,
                       check=check, repeats=5 if ctx.quick else 10)
-            rows.append({"size": s, "throughput": figure(2 * s * s * k / t.median, "FLOP/s",
-                                                         f"2 s^2 k / median time ({name})", t)})
+            row = {"size": s, "throughput": figure(2 * s * s * k / t.median, "FLOP/s",
+                                                   f"2 s^2 k / median time ({name})", t)}
+            if name == "cublas":
+                row["profile"] = kernel_profile(lambda a=a, b=b: torch.matmul(a, b), ctx.device, calls=1, top=2)
+            rows.append(row)
         out[name] = rows
     return out
