@@ -124,3 +124,35 @@ def test_tco_by_hand():
         tco.ownership_cost(srv, fac, utilisation=0)
     with pytest.raises(ValueError, match="years"):
         tco.ownership_cost(srv, fac, years=0)
+
+
+def test_chapter15_cost_model_by_hand():
+    from mlsys import costs, hardware, serving, transformer
+
+    h100 = hardware.get("H100")
+    m = transformer.get_model("Llama-3-70B")
+    # resident weights include the embedding table: params x 2 bytes
+    assert serving.resident_weight_bytes(m).to("B").m == 2 * m.params
+    assert serving.resident_weight_bytes(m) > serving.weight_bytes(m)
+    # 141 GB of weights over 0.9 x 80 GB = 1.96 -> 2 chips; 3 chips -> degree 4 (divides 8 KV heads)
+    assert costs.chips_to_hold(Q_(141, "GB"), h100) == 2
+    assert costs.tensor_parallel_degree(3, 8, h100) == 4
+    assert costs.tensor_parallel_degree(5, 8, h100) == 8
+    assert costs.tensor_parallel_degree(2, 8, "Jetson-AGX-Orin-64GB") is None  # no chip-to-chip link
+    assert costs.tensor_parallel_degree(1, 8, "Jetson-AGX-Orin-64GB") == 1
+    q = costs.rate("H100")
+    sc = costs.serving_cost(m, h100, 4096, 64, q)
+    # by hand: degree n, step = decode bound / n, $ per 1e6 tokens = n * price / (64 / step) * 1e6
+    need = serving.resident_weight_bytes(m) + serving.kv_cache_bytes(m, 4096, 64)
+    n = costs.tensor_parallel_degree(costs.chips_to_hold(need, h100), 8, h100)
+    assert sc.chips == n == 4
+    step = serving.decode_step_time(m, 4096, h100, "bf16", 64).to("s").m / n
+    assert sc.usd_per_million.to("USD").m == pytest.approx(n * q.per_chip.to("USD/hour").m / 3600 * step / 64 * 1e6)
+    assert sc.joules_per_token.to("J").m == pytest.approx(n * 700 * step / 64)
+    tc = costs.training_cost(8e9, 1e12, h100, q, mfu=0.4)
+    hours = 6 * 8e9 * 1e12 / (0.4 * h100.peak("bf16").to("FLOP/s").m) / 3600
+    assert tc.chip_hours.to("hour").m == pytest.approx(hours)
+    assert tc.usd.to("USD").m == pytest.approx(hours * q.per_chip.to("USD/hour").m)
+    assert tc.energy.to("MW*hour").m == pytest.approx(hours * 0.7e-3)
+    with pytest.raises(ValueError, match="mfu"):
+        costs.training_cost(8e9, 1e12, h100, q, mfu=0)
