@@ -296,7 +296,8 @@ class ServingCost:
 
 def serving_cost(model: object, accelerator: object, context: int, batch: int, quote: Quote,
                  dtype: str = "bf16", usable: float = 0.9) -> ServingCost:
-    """Decode cost: ``chips`` = the tensor-parallel degree that holds resident weights + KV cache;
+    """Decode cost: ``chips`` = the tensor-parallel degree (a divisor of the attention heads; key/value
+    heads are replicated past their count) that holds resident weights + KV cache;
     step = :func:`mlsys.serving.decode_step_time` / chips (communication ignored); USD per million
     tokens = ``chips * price / tokens per second * 1e6``; J per token = ``chips * TDP / tokens per second``."""
     from . import serving, transformer
@@ -304,9 +305,12 @@ def serving_cost(model: object, accelerator: object, context: int, batch: int, q
     acc = hardware.get(accelerator) if isinstance(accelerator, str) else accelerator
     m = transformer.get_model(model)
     need = serving.resident_weight_bytes(m, dtype) + serving.kv_cache_bytes(m, context, batch, dtype)
-    n = tensor_parallel_degree(chips_to_hold(need, acc, usable), m.kv_heads, acc)
+    held = chips_to_hold(need, acc, usable)
+    n = tensor_parallel_degree(held, m.heads, acc)
     if n is None:
-        raise ValueError(f"{acc.name} cannot hold {m.name}: it needs several chips and has no link to split it over")
+        why = "has no chip-to-chip link to split it over" if acc.interconnect_bandwidth is None else \
+            f"would need more than its {m.heads} attention heads' worth of chips"
+        raise ValueError(f"{acc.name} cannot serve {m.name}: it needs {held} chips' memory and {why}")
     step = (serving.decode_step_time(m, context, acc, dtype, batch) / n).to("s")
     tps = (batch / step).to("1/s")
     usd = (n * quote.per_chip / tps * 1e6).to("USD")

@@ -138,6 +138,8 @@ def test_chapter15_cost_model_by_hand():
     assert costs.chips_to_hold(Q_(141, "GB"), h100) == 2
     assert costs.tensor_parallel_degree(3, 8, h100) == 4
     assert costs.tensor_parallel_degree(5, 8, h100) == 8
+    assert costs.tensor_parallel_degree(11, 64, h100) == 16
+    assert costs.tensor_parallel_degree(9, 8, h100) is None
     assert costs.tensor_parallel_degree(2, 8, "Jetson-AGX-Orin-64GB") is None  # no chip-to-chip link
     assert costs.tensor_parallel_degree(1, 8, "Jetson-AGX-Orin-64GB") == 1
     q = costs.rate("H100")
