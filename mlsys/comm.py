@@ -56,6 +56,28 @@ the time: ``(p - 1) latency + max((g - 1) / p * n / B_intra, (p - g) / p * n / B
 All-gather and reduce-scatter (ring): ``n`` is the size of the full tensor (all-gather's output,
 reduce-scatter's input); each GPU sends ``(p - 1) / p * n`` bytes in ``p - 1`` steps.
 ``world_size = 1`` moves nothing and takes no time.
+
+Rails (:func:`rail_allreduce_time`): a cluster of ``N`` nodes of ``g`` GPUs with one network card
+per GPU wires card ``i`` of every node to the same leaf switch (rail ``i``). NCCL then runs ``g``
+rings at once (one per rail, its "channels"), each carrying ``n / g`` of the data around all
+``p = N g`` GPUs: inside a node the ring hops over NVLink, between nodes over that rail's card. Each
+card carries one ring, ``2 (p - 1) / p * n / g`` bytes; each GPU's NVLink carries the other ``g - 1``
+rings' hops, ``(g - 1) * 2 (p - 1) / p * n / g``. Both run at once, so
+``t = 2 (p - 1) a + max(2 (p-1)/p (n/g) / B_nic, (g-1) 2 (p-1)/p (n/g) / B_nvlink)``.
+
+In-network reduction (:func:`in_network_allreduce_time`): NVLink SHARP (NVLS, in the NVSwitch) and
+InfiniBand SHARP (in the switch) add the contributions inside the switch, so each GPU sends its
+``n`` bytes once and receives the ``n``-byte sum once, both directions at once:
+``t = 2 a + n / bandwidth`` against the ring's ``2 (p - 1) / p * n / bandwidth``. Its bus bandwidth
+(NCCL's ``2 (p - 1) / p`` factor) can therefore exceed the link's per-direction bandwidth
+(R. L. Graham et al., "Scalable Hierarchical Aggregation Protocol (SHArP)", COM-HPC 2016;
+NVIDIA, NCCL 2.27 release notes and the NVLS algorithm of ``NCCL_ALGO``).
+
+Bus-bandwidth factors (:func:`busbw_factor`), from nccl-tests' doc/PERFORMANCE.md
+(https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md): ``busbw = algbw * factor``
+with all-reduce ``2 (p - 1) / p``, reduce-scatter, all-gather and all-to-all ``(p - 1) / p``,
+broadcast and reduce ``1``: the bytes the busiest link carries per byte of the user's tensor, for
+the bandwidth-optimal algorithm of each.
 """
 
 from __future__ import annotations
@@ -86,6 +108,10 @@ __all__ = [
     "alltoall_time",
     "algorithm_bandwidth",
     "bus_bandwidth",
+    "COLLECTIVES",
+    "busbw_factor",
+    "rail_allreduce_time",
+    "in_network_allreduce_time",
     "fit_latency_bandwidth",
 ]
 
@@ -341,14 +367,75 @@ def algorithm_bandwidth(nbytes: object, time: object) -> pint.Quantity:
     return (_nbytes(nbytes) / t).to("byte/s")
 
 
-def bus_bandwidth(nbytes: object, time: object, world_size: int) -> pint.Quantity:
-    """Bus bandwidth of a ring all-reduce: ``busbw = algbw * 2 (p - 1) / p`` byte/s.
+#: collectives with an nccl-tests bus-bandwidth factor
+COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "reduce")
 
-    The bytes each GPU actually sends per second on a ring (NCCL tests' "busbw"), so it can be
-    compared with a link's bandwidth per direction whatever ``p`` is. 0 for ``p = 1``.
+
+def busbw_factor(collective: str, world_size: int) -> float:
+    """nccl-tests' bus-bandwidth factor: ``busbw = algbw * factor`` (doc/PERFORMANCE.md).
+
+    all_reduce ``2 (p - 1) / p``; reduce_scatter, all_gather, all_to_all ``(p - 1) / p``;
+    broadcast, reduce ``1``. Dimensionless.
     """
     p = _world(world_size)
-    return (algorithm_bandwidth(nbytes, time) * (2 * (p - 1) / p)).to("byte/s")
+    if collective not in COLLECTIVES:
+        raise ValueError(f"unknown collective {collective!r}; expected one of {', '.join(COLLECTIVES)}")
+    if collective == "all_reduce":
+        return 2 * (p - 1) / p
+    if collective in ("broadcast", "reduce"):
+        return 1.0
+    return (p - 1) / p
+
+
+def bus_bandwidth(nbytes: object, time: object, world_size: int, collective: str = "all_reduce") -> pint.Quantity:
+    """Bus bandwidth of a collective: ``busbw = algbw * busbw_factor(collective, p)`` byte/s.
+
+    For the default ring all-reduce, ``algbw * 2 (p - 1) / p``: the bytes each GPU actually sends
+    per second (NCCL tests' "busbw"), comparable with a link's bandwidth per direction whatever
+    ``p`` is. 0 for an all-reduce on ``p = 1``.
+    """
+    return (algorithm_bandwidth(nbytes, time) * busbw_factor(collective, world_size)).to("byte/s")
+
+
+def rail_allreduce_time(
+    nbytes: object,
+    nodes: int,
+    gpus_per_node: int,
+    nic_bandwidth: object,
+    nvlink_bandwidth: object,
+    latency: object = Q_(0, "s"),
+) -> pint.Quantity:
+    """Rail-optimised ring all-reduce (one card and one ring per GPU's rail), in seconds.
+
+    ``p = nodes * g`` GPUs run ``g`` rings, each on ``n / g`` of the data; a ring crosses the
+    network on one rail's cards and NVLink inside the node:
+    ``2 (p - 1) latency + max(2 (p-1)/p (n/g) / B_nic, (g - 1) 2 (p-1)/p (n/g) / B_nvlink)``.
+    Bandwidths per GPU (per card) per direction.
+    """
+    n = _nbytes(nbytes)
+    big_n, g = _world(nodes, "nodes"), _world(gpus_per_node, "gpus_per_node")
+    p = big_n * g
+    b_nic = link_bandwidth(nic_bandwidth, "nic_bandwidth")
+    b_nvl = link_bandwidth(nvlink_bandwidth, "nvlink_bandwidth")
+    ring = allreduce_bytes_per_gpu(n / g, p)  # what one ring sends from each of its GPUs
+    nic = (ring / b_nic).to("s")
+    nvl = ((g - 1) * ring / b_nvl).to("s")
+    return (2 * (p - 1) * _latency(latency) + max(nic, nvl)).to("s")
+
+
+def in_network_allreduce_time(
+    nbytes: object, world_size: int, bandwidth: object, latency: object = Q_(0, "s")
+) -> pint.Quantity:
+    """All-reduce with the sum formed in the switch (NVLS, SHARP), in seconds.
+
+    Each GPU sends ``n`` bytes up and receives the ``n``-byte result, at once:
+    ``2 latency + n / bandwidth`` (0 for ``p = 1``). Against a ring's ``2 (p - 1) / p * n`` this
+    moves up to half the bytes per GPU; bandwidth per GPU per direction.
+    """
+    n, p = _nbytes(nbytes), _world(world_size)
+    if p == 1:
+        return Q_(0.0, "s")
+    return (2 * _latency(latency) + n / link_bandwidth(bandwidth)).to("s")
 
 
 def fit_latency_bandwidth(

@@ -30,7 +30,8 @@ from .datafile import read_toml
 from .units import Q_, DimensionError, as_quantity, require_count
 
 __all__ = ["TERMS", "COMMITMENTS", "Quote", "Grid", "CostDataError", "DATA_FILE", "data_file", "load",
-           "quotes", "rate", "grid", "cost_of"]
+           "quotes", "rate", "grid", "cost_of", "chips_to_hold", "tensor_parallel_degree", "ServingCost",
+           "serving_cost", "TrainingCost", "training_cost"]
 
 DATA_FILE = Path(__file__).with_name("data") / "costs.toml"
 
@@ -252,3 +253,87 @@ def cost_of(chips: int, price_per_chip: pint.Quantity, duration: pint.Quantity) 
     price = as_quantity(price_per_chip, "USD/hour", "price_per_chip")
     time = as_quantity(duration, "s", "duration")
     return (chips * price * time).to("USD")
+
+
+# ----------------------------------------------------------------------------------------------
+# the comparison of chapter 15: chips to hold a workload, and what serving and training cost
+
+
+def chips_to_hold(need: object, accelerator: object, usable: float = 0.9) -> int:
+    """Chips whose memory, at a ``usable`` share (room for the runtime), holds ``need`` bytes:
+    ``ceil(need / (usable * capacity))``."""
+    acc = hardware.get(accelerator) if isinstance(accelerator, str) else accelerator
+    if not 0 < usable <= 1:
+        raise ValueError(f"usable={usable!r}; expected a share of memory in (0, 1]")
+    n = as_quantity(need, "byte", "need")
+    return max(1, math.ceil((n / (usable * acc.memory_capacity)).to("").m))
+
+
+def tensor_parallel_degree(chips: int, heads: int, accelerator: object) -> int | None:
+    """The smallest tensor-parallel degree ``>= chips`` that divides ``heads`` (each chip takes whole
+    heads), or ``None`` if the accelerator has no chip-to-chip link to split a model over (or no
+    such degree exists). 1 chip needs no link."""
+    acc = hardware.get(accelerator) if isinstance(accelerator, str) else accelerator
+    chips, heads = require_count(chips, "chips"), require_count(heads, "heads")
+    if chips == 1:
+        return 1
+    if acc.interconnect_bandwidth is None:
+        return None
+    return next((d for d in range(chips, heads + 1) if heads % d == 0), None)
+
+
+@dataclass(frozen=True)
+class ServingCost:
+    """Decode of a model on ``chips`` accelerators at one price (chapter 15's table)."""
+
+    accelerator: str
+    chips: int
+    step: pint.Quantity            #: s per decode step (bandwidth bound, split over the chips)
+    tokens_per_second: pint.Quantity
+    usd_per_million: pint.Quantity  #: USD per million generated tokens
+    joules_per_token: pint.Quantity | None  #: at the chips' TDP, None without one
+
+
+def serving_cost(model: object, accelerator: object, context: int, batch: int, quote: Quote,
+                 dtype: str = "bf16", usable: float = 0.9) -> ServingCost:
+    """Decode cost: ``chips`` = the tensor-parallel degree (a divisor of the attention heads; key/value
+    heads are replicated past their count) that holds resident weights + KV cache;
+    step = :func:`mlsys.serving.decode_step_time` / chips (communication ignored); USD per million
+    tokens = ``chips * price / tokens per second * 1e6``; J per token = ``chips * TDP / tokens per second``."""
+    from . import serving, transformer
+
+    acc = hardware.get(accelerator) if isinstance(accelerator, str) else accelerator
+    m = transformer.get_model(model)
+    need = serving.resident_weight_bytes(m, dtype) + serving.kv_cache_bytes(m, context, batch, dtype)
+    held = chips_to_hold(need, acc, usable)
+    n = tensor_parallel_degree(held, m.heads, acc)
+    if n is None:
+        why = "has no chip-to-chip link to split it over" if acc.interconnect_bandwidth is None else \
+            f"would need more than its {m.heads} attention heads' worth of chips"
+        raise ValueError(f"{acc.name} cannot serve {m.name}: it needs {held} chips' memory and {why}")
+    step = (serving.decode_step_time(m, context, acc, dtype, batch) / n).to("s")
+    tps = (batch / step).to("1/s")
+    usd = (n * quote.per_chip / tps * 1e6).to("USD")
+    joules = (n * acc.tdp / tps).to("J") if acc.tdp is not None else None
+    return ServingCost(acc.name, n, step, tps, usd, joules)
+
+
+@dataclass(frozen=True)
+class TrainingCost:
+    """A training run priced on one accelerator (chapter 15's table)."""
+
+    accelerator: str
+    chip_hours: pint.Quantity   #: hour
+    usd: pint.Quantity
+    energy: pint.Quantity | None  #: MWh at TDP, None without one
+
+
+def training_cost(params: float, tokens: float, accelerator: object, quote: Quote, mfu: float = 0.4,
+                  dtype: str = "bf16") -> TrainingCost:
+    """Chip-hours ``6 N D / (mfu * peak)``, dollars ``chip-hours * price``, energy ``chip-hours * TDP``."""
+    acc = hardware.get(accelerator) if isinstance(accelerator, str) else accelerator
+    if not 0 < mfu <= 1:
+        raise ValueError(f"mfu={mfu!r}; expected a share of the peak in (0, 1]")
+    hours = (Q_(6 * params * tokens, "FLOP") / (mfu * acc.peak(dtype))).to("hour")
+    energy = (acc.tdp * hours).to("MW*hour") if acc.tdp is not None else None
+    return TrainingCost(acc.name, hours, cost_of(1, quote.per_chip, hours), energy)

@@ -55,6 +55,7 @@ __all__ = [
     "kv_cache_bytes_per_token",
     "kv_cache_bytes",
     "weight_bytes",
+    "resident_weight_bytes",
     "prefill_time",
     "decode_step_time",
     "decode_throughput",
@@ -88,6 +89,15 @@ def kv_cache_bytes(model: str | ModelShape, tokens: int, batch: int = 1, dtype: 
 def weight_bytes(model: str | ModelShape, dtype: object = "bf16") -> pint.Quantity:
     """Bytes of matmul weights read per forward step: ``matmul_params * itemsize(dtype)``."""
     return (get_model(model).matmul_params * itemsize(dtype)).to("byte")
+
+
+def resident_weight_bytes(model: str | ModelShape, dtype: object = "bf16") -> pint.Quantity:
+    """Bytes of every weight a chip must hold: ``params * itemsize(dtype)``.
+
+    Includes the token-embedding table, which :func:`weight_bytes` leaves out because a decode step
+    reads only one row of it per token (and a tied output projection is counted once).
+    """
+    return (get_model(model).params * itemsize(dtype)).to("byte")
 
 
 def prefill_cost(model: str | ModelShape, prompt_tokens: int, batch: int = 1, dtype: object = "bf16") -> PhaseCost:

@@ -1,0 +1,160 @@
+"""Rails, in-network reduction, busbw factors, torus collectives, comm vs compute, TCO: worked by hand."""
+
+import pytest
+
+from mlsys import Q_, comm, parallelism, tco, torus
+
+
+def test_busbw_factors_match_nccl_tests_table():
+    # nccl-tests doc/PERFORMANCE.md, p = 8: all-reduce 2*7/8, all-gather and reduce-scatter 7/8, broadcast 1
+    assert comm.busbw_factor("all_reduce", 8) == pytest.approx(1.75)
+    assert comm.busbw_factor("all_gather", 8) == pytest.approx(0.875)
+    assert comm.busbw_factor("reduce_scatter", 8) == pytest.approx(0.875)
+    assert comm.busbw_factor("all_to_all", 4) == pytest.approx(0.75)
+    assert comm.busbw_factor("broadcast", 8) == 1.0
+    # an all-gather of 1 GB in 10 ms on 8 GPUs: algbw 100 GB/s, busbw 87.5 GB/s
+    assert comm.bus_bandwidth(Q_(1, "GB"), Q_(10, "ms"), 8, "all_gather").to("GB/s").m == pytest.approx(87.5)
+    with pytest.raises(ValueError, match="expected one of"):
+        comm.busbw_factor("allreduce", 8)
+
+
+def test_rails_one_ring_per_nic():
+    # 8 nodes x 8 GPUs, 13.4 GB, NDR 50 GB/s per card, NVLink 450 GB/s, 10 us per step.
+    # each of 8 rings carries 13.4/8 = 1.675 GB; per card 2*63/64*1.675 = 3.2977 GB -> 65.95 ms;
+    # NVLink carries 7 such rings: 23.08 GB / 450 GB/s = 51.3 ms (hidden); latency 126 * 10 us = 1.26 ms
+    t = comm.rail_allreduce_time(Q_(13.4, "GB"), 8, 8, "50 GB/s", "450 GB/s", "10 us")
+    assert t.to("ms").m == pytest.approx(2 * 63 / 64 * 1.675 / 50 * 1e3 + 1.26, rel=1e-9)
+    # a flat ring whose every step crosses one card is 8x the bandwidth term
+    flat = comm.allreduce_time(Q_(13.4, "GB"), 64, "50 GB/s")
+    assert (flat / (t - Q_(1.26, "ms"))).to("").m == pytest.approx(8)
+    # slow NVLink: the NVLink term binds (7 rings' hops at 50 GB/s vs one ring at 400 GB/s)
+    slow = comm.rail_allreduce_time(Q_(8, "GB"), 2, 8, "400 GB/s", "50 GB/s")
+    assert slow.to("s").m == pytest.approx(7 * 2 * 15 / 16 * 1 / 50)
+
+
+def test_hierarchical_matches_hand_sum():
+    # 2*7/8*13.4/450 + 2*7/8*(13.4/8)/50 s
+    t = comm.hierarchical_allreduce_time(Q_(13.4, "GB"), 8, 8, "450 GB/s", "50 GB/s")
+    assert t.to("ms").m == pytest.approx((1.75 * 13.4 / 450 + 1.75 * 1.675 / 50) * 1e3)
+
+
+def test_in_network_reduction_halves_the_ring():
+    # p = 8, 1 GB at 450 GB/s: ring sends 1.75 GB (3.889 ms), NVLS 1 GB (2.222 ms)
+    t = comm.in_network_allreduce_time(Q_(1, "GB"), 8, "450 GB/s", "3 us")
+    assert t.to("ms").m == pytest.approx(1 / 450 * 1e3 + 0.006)
+    assert comm.in_network_allreduce_time(Q_(1, "GB"), 1, "450 GB/s").m == 0
+    # its busbw (nccl-tests' all-reduce factor) exceeds the link: 1.75 * 450 = 787.5 GB/s
+    nvls = comm.in_network_allreduce_time(Q_(1, "GB"), 8, "450 GB/s")
+    assert comm.bus_bandwidth(Q_(1, "GB"), nvls, 8).to("GB/s").m == pytest.approx(787.5)
+
+
+def test_torus_axis_collectives_by_hand():
+    w = Q_(50, "GB/s")
+    v = Q_(1, "GB")
+    # all-gather on a 16-chip wraparound axis: 15/16 * 1 GB / 100 GB/s = 9.375 ms, half the one-way ring
+    ag = torus.axis_collective_time("all_gather", v, 16, w)
+    assert ag.to("ms").m == pytest.approx(9.375)
+    assert (comm.allgather_time(v, 16, w) / ag).to("").m == pytest.approx(2)
+    assert torus.axis_collective_time("all_reduce", v, 16, w).to("ms").m == pytest.approx(18.75)
+    # all-to-all, even k: V / (8 W) = 2.5 ms, a quarter of a one-way ring's V / (2 W)
+    assert torus.axis_collective_time("all_to_all", v, 16, w).to("ms").m == pytest.approx(2.5)
+    # odd k = 3: each chip sends V/9 to both neighbours, one hop, one link direction each: V/9 / W
+    assert torus.axis_collective_time("all_to_all", v, 3, w).to("ms").m == pytest.approx(1 / 9 / 50 * 1e3)
+    # no wraparound: all-to-all crosses the middle with V/4 each way: 5 ms, twice the torus
+    assert torus.axis_collective_time("all_to_all", v, 16, w, wraparound=False).to("ms").m == pytest.approx(5)
+    # a line of 3: the middle-right link carries 2 chunks of V/3 one way: 13.33 ms, vs 6.67 ms on a ring
+    assert torus.axis_collective_time("all_gather", v, 3, w, wraparound=False).to("ms").m == pytest.approx(2 / 3 / 50 * 1e3)
+    # hops: 16-chip ring 8 steps of latency, a line 15
+    lat = Q_(1, "us")
+    assert (torus.axis_collective_time("all_gather", Q_(1, "B"), 16, w, lat) - Q_(8, "us")).to("us").m < 1e-3
+    assert (torus.axis_collective_time("all_gather", Q_(1, "B"), 16, w, lat, wraparound=False)
+            - Q_(15, "us")).to("us").m < 1e-3
+    assert torus.axis_collective_time("all_gather", v, 1, w).m == 0
+
+
+def test_tpu_pods_from_google_figures():
+    # Google: v5e 400 GBps bidirectional per chip, 4 ports -> 50 GB/s per link per direction
+    assert torus.link_bandwidth("TPU v5e").to("GB/s").m == pytest.approx(50)
+    assert torus.link_bandwidth("TPU v5p").to("GB/s").m == pytest.approx(100)  # 1200 / 2 / 6
+    assert torus.link_bandwidth("TPU v6e").to("GB/s").m == pytest.approx(100)  # 800 / 2 / 4
+    v5e = torus.pod("TPUv5e")
+    assert v5e.pod_chips == 256 == v5e.pod_shape[0] * v5e.pod_shape[1]
+    assert torus.pod("TPUv5p").topology == "3D torus"
+    for p in torus.pods().values():  # the scaling-book's figure is within 15 % of Google's
+        assert 0.85 < (p.scaling_book_link_bw / p.link_bandwidth).to("").m <= 1
+    with pytest.raises(KeyError, match="no pod figures"):
+        torus.pod("H100")
+
+
+def test_comm_against_compute_by_hand():
+    c, w = Q_(1000, "TFLOP/s"), Q_(500, "GB/s")
+    # data parallel: b* = (p-1)/p * s/2 * C/W = 1 * 1 * 2000 = 2000 tokens for p -> large; p = 2: 1000
+    assert parallelism.dp_critical_tokens(2, c, w) == pytest.approx(1000)
+    dp = parallelism.data_parallel(10**8, 1000, 2, c, w)
+    assert dp.compute.to("ms").m == pytest.approx(4 * 1000 * 1e8 / 1e15 * 1e3)  # 0.4 ms
+    assert dp.comm.to("ms").m == pytest.approx(2e8 / 500e9 * 1e3)  # 2*(1/2)*2e8 B / W = 0.4 ms
+    assert dp.ratio == pytest.approx(1)
+    # tensor parallel, MLP block D = 4096, F = 16384 (2 D F weights), bf16: t - 1 <= F W / C = 8.192
+    d, f = 4096, 16384
+    assert parallelism.tp_max_degree(2 * d * f, d, c, w) == pytest.approx(1 + f * 500e9 / 1e15)
+    tp = parallelism.tensor_parallel(2 * d * f, d, 8192, 8, c, w)
+    assert tp.compute.to("us").m == pytest.approx(2 * 8192 * 2 * d * f / 8 / 1e15 * 1e6)
+    assert tp.comm.to("us").m == pytest.approx(2 * 7 / 8 * 8192 * d * 2 / 500e9 * 1e6)
+    assert not tp.comm_bound
+    assert parallelism.tensor_parallel(2 * d * f, d, 8192, 16, c, w).comm_bound
+    # pipeline: 2 b P / C vs b D s / W; P = 2 D F: ratio = s C / (2 P / D ... ) = 2 * 1e15 / 500e9 / (4 F)
+    pp = parallelism.pipeline_parallel(2 * d * f, d, 8192, c, w)
+    assert pp.ratio == pytest.approx(2 * 2000 / (2 * 2 * f))
+
+
+def test_tco_by_hand():
+    srv, fac = tco.server("DGX-H100"), tco.facility("average-2023")
+    # 10.2 kW rated - 8 x 700 W = 4.6 kW for the rest of the server
+    assert srv.non_gpu_power.to("kW").m == pytest.approx(4.6)
+    b = tco.ownership_cost(srv, fac, years=4, utilisation=0.5)
+    # capex: 270000 / (4 * 8766 h) / 8 = 0.96253 $/GPU-hour
+    assert b.capex.to("USD/hour").m == pytest.approx(270000 / (4 * 8766) / 8)
+    # energy: 10.2 kW * 1.58 * 0.08 $/kWh / 8 = 0.16116 $/GPU-hour
+    assert b.energy.to("USD/hour").m == pytest.approx(10.2 * 1.58 * 0.08 / 8)
+    assert b.per_useful_gpu_hour.to("USD/hour").m == pytest.approx(2 * (270000 / (4 * 8766) + 10.2 * 1.58 * 0.08) / 8)
+    # a measured 500 W per GPU: IT load 8 * 0.5 + 4.6 = 8.6 kW
+    m = tco.ownership_cost(srv, fac, years=4, gpu_power=Q_(500, "W"))
+    assert m.it_power.to("kW").m == pytest.approx(8.6)
+    with pytest.raises(ValueError, match="utilisation"):
+        tco.ownership_cost(srv, fac, utilisation=0)
+    with pytest.raises(ValueError, match="years"):
+        tco.ownership_cost(srv, fac, years=0)
+
+
+def test_chapter15_cost_model_by_hand():
+    from mlsys import costs, hardware, serving, transformer
+
+    h100 = hardware.get("H100")
+    m = transformer.get_model("Llama-3-70B")
+    # resident weights include the embedding table: params x 2 bytes
+    assert serving.resident_weight_bytes(m).to("B").m == 2 * m.params
+    assert serving.resident_weight_bytes(m) > serving.weight_bytes(m)
+    # 141 GB of weights over 0.9 x 80 GB = 1.96 -> 2 chips; 3 chips -> degree 4 (divides 8 KV heads)
+    assert costs.chips_to_hold(Q_(141, "GB"), h100) == 2
+    assert costs.tensor_parallel_degree(3, 8, h100) == 4
+    assert costs.tensor_parallel_degree(5, 8, h100) == 8
+    assert costs.tensor_parallel_degree(11, 64, h100) == 16
+    assert costs.tensor_parallel_degree(9, 8, h100) is None
+    assert costs.tensor_parallel_degree(2, 8, "Jetson-AGX-Orin-64GB") is None  # no chip-to-chip link
+    assert costs.tensor_parallel_degree(1, 8, "Jetson-AGX-Orin-64GB") == 1
+    q = costs.rate("H100")
+    sc = costs.serving_cost(m, h100, 4096, 64, q)
+    # by hand: degree n, step = decode bound / n, $ per 1e6 tokens = n * price / (64 / step) * 1e6
+    need = serving.resident_weight_bytes(m) + serving.kv_cache_bytes(m, 4096, 64)
+    n = costs.tensor_parallel_degree(costs.chips_to_hold(need, h100), 8, h100)
+    assert sc.chips == n == 4
+    step = serving.decode_step_time(m, 4096, h100, "bf16", 64).to("s").m / n
+    assert sc.usd_per_million.to("USD").m == pytest.approx(n * q.per_chip.to("USD/hour").m / 3600 * step / 64 * 1e6)
+    assert sc.joules_per_token.to("J").m == pytest.approx(n * 700 * step / 64)
+    tc = costs.training_cost(8e9, 1e12, h100, q, mfu=0.4)
+    hours = 6 * 8e9 * 1e12 / (0.4 * h100.peak("bf16").to("FLOP/s").m) / 3600
+    assert tc.chip_hours.to("hour").m == pytest.approx(hours)
+    assert tc.usd.to("USD").m == pytest.approx(hours * q.per_chip.to("USD/hour").m)
+    assert tc.energy.to("MW*hour").m == pytest.approx(hours * 0.7e-3)
+    with pytest.raises(ValueError, match="mfu"):
+        costs.training_cost(8e9, 1e12, h100, q, mfu=0)
