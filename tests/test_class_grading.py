@@ -388,3 +388,30 @@ def test_nbgrader_autograde_refuses_where_no_sandbox_can_run(tmp_path):
     graded = root / "autograded" / "mallory" / "lab0_tiny" / "lab0_tiny.ipynb"
     assert not graded.exists() or "HOST" not in graded.read_text()
     assert not (root / "PWNED").exists()
+
+
+# ------------------------------------------------------------------ a teacher's fork tests itself
+
+
+def _readme_fork_ci_commands() -> list[str]:
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    section = text.split("### Your fork's CI", 1)[1]
+    block = section.split("```bash\n", 1)[1].split("```", 1)[0]
+    return [ln.split("#", 1)[0].strip() for ln in block.splitlines() if ln.split("#", 1)[0].strip()]
+
+
+def test_fork_workflow_runs_the_readmes_commands_on_push_and_pull_request():
+    import yaml
+
+    wf = yaml.safe_load((REPO / ".github" / "workflows" / "labs.yml").read_text(encoding="utf-8"))
+    triggers = wf.get("on", wf.get(True))  # YAML 1.1 reads the key `on` as True
+    assert "push" in triggers and "pull_request" in triggers
+    [job] = wf["jobs"].values()
+    runs = [step["run"].strip() for step in job["steps"] if "run" in step]
+    assert runs == _readme_fork_ci_commands()
+    # the nbval check covers both versions of every lab, and the fast tests run
+    assert any("--nbval-lax" in r and "labs/source" in r and "labs/release" in r for r in runs)
+    assert "make test-fast" in runs
+    # the maintainers' README command for the labs is the same nbval command
+    nbval = next(r for r in runs if "--nbval-lax" in r)
+    assert (REPO / "README.md").read_text(encoding="utf-8").count(nbval) == 2
