@@ -415,3 +415,35 @@ def test_fork_workflow_runs_the_readmes_commands_on_push_and_pull_request():
     # the maintainers' README command for the labs is the same nbval command
     nbval = next(r for r in runs if "--nbval-lax" in r)
     assert (REPO / "README.md").read_text(encoding="utf-8").count(nbval) == 2
+
+
+# ------------------------------------------------------------------ progress and the job array's script
+
+
+def test_progress_line_counts_and_estimates_time_left():
+    out = io.StringIO()
+    bar = teach.Progress(10, 2, stream=out)
+    bar.durations = [10.0, 20.0]  # mean 15 s; 8 left, 2 at a time: 60 s
+    bar.show(2, 1, 2)
+    line = out.getvalue().strip()
+    assert "2/10 graded" in line and "1 failed" in line and "2 running" in line
+    assert "about 1 min 00 s left" in line
+    assert line.count("#") == 4  # 2 of 10 of a 24-wide bar, rounded down
+    bar.show(2, 1, 2)  # unchanged: not printed again
+    assert out.getvalue().count("\n") == 1
+
+
+def test_sbatch_script_is_one_array_with_the_teachers_options(tmp_path):
+    opts = slurm.SlurmOptions(partition="gpu", gres="gpu:1", time="30:00", cpus_per_task=4, max_running=2,
+                              extra=("--account=cs598",))
+    text = slurm.batch_script(["/venv/bin/python", "-m", "mlsys.course.teach", "grade-task", "/c/m.json"],
+                              env={"PYTHONPATH": "/c o"}, log_dir=tmp_path, tasks=300, name="g", options=opts)
+    lines = text.splitlines()
+    assert lines[0] == "#!/bin/bash"
+    for want in ("#SBATCH --array=0-299%2", "#SBATCH --partition=gpu", "#SBATCH --gres=gpu:1", "#SBATCH --time=30:00",
+                 "#SBATCH --cpus-per-task=4", "#SBATCH --account=cs598", f"#SBATCH --output={tmp_path}/task-%a.log",
+                 "export PYTHONPATH='/c o'"):
+        assert want in lines, want
+    assert lines[-1] == 'exec /venv/bin/python -m mlsys.course.teach grade-task /c/m.json "$SLURM_ARRAY_TASK_ID"'
+    proc = subprocess.run(["bash", "-n"], input=text, text=True, capture_output=True)
+    assert proc.returncode == 0, proc.stderr

@@ -69,6 +69,7 @@ def batch_script(command: list[str], *, env: dict[str, str], log_dir: Path, task
              f"#SBATCH --output={log_dir}/task-%a.log", "#SBATCH --ntasks=1"]
     lines += [f"#SBATCH {a}" for a in options.sbatch_args()]
     lines += [f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items())]
+    lines.append('export OMP_NUM_THREADS="${SLURM_CPUS_PER_TASK:-1}"')  # threads to match the cores Slurm gave
     lines.append(f'exec {shlex.join(command)} "$SLURM_ARRAY_TASK_ID"')
     return "\n".join(lines) + "\n"
 

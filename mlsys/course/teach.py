@@ -971,6 +971,10 @@ def grade(root: Path | None = None, *, submitted: Path | None = None, out_csv: P
                 prep = _prepare(root, needed, Path(tmp), use_sandbox=use_sandbox, perf=perf, limits=limits, gpu=gpu)
                 unstored = run_local(p, prep, timeout=timeout, extra=extra, feedback=feedback, verbose=verbose,
                                      slots=slots)
+    except KeyboardInterrupt:  # while preparing, before any grading started
+        _kill_live()
+        report(p, out_csv, unstored=unstored)
+        raise Interrupted("interrupted before grading started; run the same command again") from None
     except Interrupted:
         report(p, out_csv, unstored=unstored)
         raise
