@@ -447,3 +447,8 @@ def test_sbatch_script_is_one_array_with_the_teachers_options(tmp_path):
     assert lines[-1] == 'exec /venv/bin/python -m mlsys.course.teach grade-task /c/m.json "$SLURM_ARRAY_TASK_ID"'
     proc = subprocess.run(["bash", "-n"], input=text, text=True, capture_output=True)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_settings_key_is_the_same_from_the_command_line_and_from_python():
+    cli = teach._settings_key(perf="off", use_sandbox=True, timeout=300.0, cell_timeout=None, feedback=False)
+    assert cli == teach._settings_key(perf="off", use_sandbox=True, timeout=300, cell_timeout=None, feedback=False)

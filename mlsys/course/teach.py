@@ -914,8 +914,9 @@ def report(plan_: Plan, out_csv: Path, *, unstored: dict[tuple[str, str], Row] |
 
 def _settings_key(*, perf: str, use_sandbox: bool, timeout: float, cell_timeout: int | None,
                   feedback: bool) -> dict[str, Any]:
-    return {"perf": perf, "sandbox": use_sandbox, "timeout": timeout, "cell_timeout": cell_timeout,
-            "feedback": feedback}
+    # normalised, so that `--timeout 300` (CLI, a float) and timeout=300 (Python, an int) are one key
+    return {"perf": perf, "sandbox": bool(use_sandbox), "timeout": float(timeout),
+            "cell_timeout": None if cell_timeout is None else int(cell_timeout), "feedback": bool(feedback)}
 
 
 def grade(root: Path | None = None, *, submitted: Path | None = None, out_csv: Path | None = None,
@@ -1242,7 +1243,7 @@ def main(argv: list[str] | None = None) -> int:
                                      max_running=a.max_running, extra=tuple(a.sbatch_arg))
     elif any(v is not None for v in (a.partition, a.gres, a.time, a.cpus_per_task, a.max_running)) or a.sbatch_arg:
         p.error("--partition, --gres, --time, --cpus-per-task, --max-running and --sbatch-arg need --slurm")
-    signal.signal(signal.SIGTERM, _interrupt)
+    previous = signal.signal(signal.SIGTERM, _interrupt)  # a batch system's stop: like Ctrl-C
     out_csv = a.csv or (a.root or labs_root()) / "grades.csv"
     try:
         rows = grade(a.root, submitted=a.submitted, out_csv=a.csv, timeout=a.timeout, cell_timeout=a.cell_timeout,
@@ -1254,6 +1255,8 @@ def main(argv: list[str] | None = None) -> int:
     except Interrupted as exc:
         print(f"\n{exc}; report so far: {out_csv}", file=sys.stderr)
         return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     failed = sum(r.status == "failed" for r in rows)
     pending = sum(r.status == "pending" for r in rows)
     print(f"graded {len(rows)} submission(s), {failed} with problems"
