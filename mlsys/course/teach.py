@@ -4,6 +4,7 @@
 ``python -m mlsys.course.teach check-release``  exit 1 if a committed release differs from what release makes now
 ``python -m mlsys.course.teach grade``          labs/submitted/<student>/<lab>/<lab>.ipynb -> labs/grades.csv,
                                          labs/autograded/..., labs/feedback/.../<lab>.html
+                                         (``--jobs N``: N at a time; ``--slurm``: a Slurm job array)
 
 nbgrader always runs in a scratch copy of the course root (``labs/nbgrader_config.py`` and the
 sources), so submitted files are only ever read. Student code runs only in a bubblewrap sandbox, one
@@ -18,6 +19,14 @@ Every (student, lab) gets one CSV row: correctness points, performance points (o
 GPU)"), points left for manual grading, a one-line summary that the feedback page repeats, flags,
 and, where grading failed or stopped early, why. Grading some labs rewrites only those labs' rows.
 ``--no-sandbox`` runs student code unconfined, with a loud warning: only for trusted submissions.
+
+``grade`` is three stages. :func:`plan` reads ``submitted/`` into the submissions to grade (each
+keyed by a checksum of its files, its lab's instructor version and the settings) and rows decided
+without grading; :func:`run_local` (``--jobs N``: N at a time, one slot of GPU and cores each,
+:mod:`mlsys.course.slots`) or :func:`run_slurm` (``--slurm``: a job array whose tasks run
+``grade-task``, :mod:`mlsys.course.slurm`) grades them, each row stored atomically as it finishes
+(:mod:`mlsys.course.rowstore`); :func:`report` gathers the stored rows into the CSV. A stored row with
+the same key is never graded again, so an interrupted run resumes where it stopped.
 """
 
 from __future__ import annotations
@@ -44,7 +53,8 @@ from .grading import NOT_GRADED
 from .rowstore import RowStore, submission_key
 from .slots import Slot, make_slots, visible_gpus
 
-__all__ = ["labs_root", "lab_names", "release", "check_release", "grade", "score_notebook", "Row", "main"]
+__all__ = ["labs_root", "lab_names", "release", "check_release", "grade", "plan", "run_local", "run_slurm", "report",
+           "grade_task", "score_notebook", "Row", "Submission", "Plan", "Progress", "Interrupted", "main"]
 
 MAX_OUTPUT_CHARS = 20_000  # per output, in the returned autograded/feedback notebooks
 CSV_FIELDS = [
@@ -806,6 +816,19 @@ class Interrupted(Exception):
     """A run stopped by Ctrl-C or SIGTERM; finished rows are stored, the rest are pending."""
 
 
+class _StopFlag:
+    """Set once by the main thread on Ctrl-C, read by the grading threads (a bool is atomic in CPython)."""
+
+    def __init__(self) -> None:
+        self._on = False
+
+    def set(self) -> None:
+        self._on = True
+
+    def is_set(self) -> bool:
+        return self._on
+
+
 def run_local(plan_: Plan, prep: _Prepared, *, jobs: int = 1, timeout: float = 3600, extra: list[str] | None = None,
               feedback: bool = True, verbose: bool = True, slots: list[Slot] | None = None) -> dict[tuple[str, str], Row]:
     """Grade ``plan_.todo`` here, ``jobs`` at a time, one slot each; store each row as it finishes.
@@ -820,7 +843,7 @@ def run_local(plan_: Plan, prep: _Prepared, *, jobs: int = 1, timeout: float = 3
     free: queue.Queue = queue.Queue()
     for s in slots:
         free.put(s)
-    stop = threading.Event()
+    stop = _StopFlag()
     unstored: dict[tuple[str, str], Row] = {}
     progress = Progress(len(plan_.todo), len(slots))
     counts = {"finished": 0, "failed": 0, "running": 0}
