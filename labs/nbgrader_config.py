@@ -47,24 +47,41 @@ c.LimitOutput.max_traceback = 60
 # Grading is headless: no late penalties, no timestamps needed.
 c.Autograde.create_student = True
 
-# `make grade` sets MLSYS_SANDBOX: nbgrader then executes each submission in a bubblewrap sandbox
-# (mlsys.course.sandboxed_execute) and performance cells get the trusted process's verdict; the
-# gradebook and the scoring stay out here. Plain `nbgrader autograde` (no MLSYS_SANDBOX) is unchanged.
+# Student code never runs in nbgrader's own process. `make grade` sets MLSYS_SANDBOX: nbgrader then
+# executes each submission in a bubblewrap sandbox (mlsys.course.sandboxed_execute) and performance
+# cells get the trusted process's verdict; the gradebook and the scoring stay out here. Plain
+# `nbgrader autograde` and formgrader's Autograde button (no MLSYS_SANDBOX) get the same sandbox and
+# trusted process, set up by mlsys.course.nbgrader_direct, or a refusal that says to use `make grade`
+# (bubblewrap missing, or mlsys not importable): never nbgrader's unsandboxed Execute.
 import os  # noqa: E402
 
-if os.environ.get("MLSYS_SANDBOX"):
-    from nbconvert.preprocessors import ClearMetadataPreprocessor
-    from nbgrader.preprocessors import (
-        AssignLatePenalties,
-        CheckCellMetadata,
-        IgnorePattern,
-        LimitOutput,
-        SaveAutoGrades,
-    )
+from nbconvert.preprocessors import ClearMetadataPreprocessor  # noqa: E402
+from nbgrader.preprocessors import (  # noqa: E402
+    AssignLatePenalties,
+    CheckCellMetadata,
+    IgnorePattern,
+    LimitOutput,
+    NbGraderPreprocessor,
+    SaveAutoGrades,
+)
 
-    from mlsys.course.sandboxed_execute import SandboxedExecute
+try:
+    if os.environ.get("MLSYS_SANDBOX"):
+        from mlsys.course.sandboxed_execute import SandboxedExecute as _Execute
+    else:
+        from mlsys.course.nbgrader_direct import DirectSandboxedExecute as _Execute
+except Exception as _exc:  # noqa: BLE001 -- any import failure must refuse, not fall back to Execute
+    _why = f"the course package mlsys cannot be imported here ({type(_exc).__name__}: {_exc})"
 
-    c.Autograde.autograde_preprocessors = [
-        SandboxedExecute, IgnorePattern, ClearMetadataPreprocessor, LimitOutput, SaveAutoGrades,
-        AssignLatePenalties, CheckCellMetadata,
-    ]
+    class _Execute(NbGraderPreprocessor):
+        """Refuses to execute: no sandbox can be set up in this environment."""
+
+        def preprocess(self, nb, resources):
+            raise RuntimeError(
+                f"refusing to run student code outside the course's sandbox: {_why}. Grade with `make grade` "
+                "(python -m mlsys.course.teach grade) from the course's checkout and environment")
+
+c.Autograde.autograde_preprocessors = [
+    _Execute, IgnorePattern, ClearMetadataPreprocessor, LimitOutput, SaveAutoGrades,
+    AssignLatePenalties, CheckCellMetadata,
+]

@@ -4,6 +4,7 @@
 ``python -m mlsys.course.teach check-release``  exit 1 if a committed release differs from what release makes now
 ``python -m mlsys.course.teach grade``          labs/submitted/<student>/<lab>/<lab>.ipynb -> labs/grades.csv,
                                          labs/autograded/..., labs/feedback/.../<lab>.html
+                                         (``--jobs N``: N at a time; ``--slurm``: a Slurm job array)
 
 nbgrader always runs in a scratch copy of the course root (``labs/nbgrader_config.py`` and the
 sources), so submitted files are only ever read. Student code runs only in a bubblewrap sandbox, one
@@ -18,6 +19,14 @@ Every (student, lab) gets one CSV row: correctness points, performance points (o
 GPU)"), points left for manual grading, a one-line summary that the feedback page repeats, flags,
 and, where grading failed or stopped early, why. Grading some labs rewrites only those labs' rows.
 ``--no-sandbox`` runs student code unconfined, with a loud warning: only for trusted submissions.
+
+``grade`` is three stages. :func:`plan` reads ``submitted/`` into the submissions to grade (each
+keyed by a checksum of its files, its lab's instructor version and the settings) and rows decided
+without grading; :func:`run_local` (``--jobs N``: N at a time, one slot of GPU and cores each,
+:mod:`mlsys.course.slots`) or :func:`run_slurm` (``--slurm``: a job array whose tasks run
+``grade-task``, :mod:`mlsys.course.slurm`) grades them, each row stored atomically as it finishes
+(:mod:`mlsys.course.rowstore`); :func:`report` gathers the stored rows into the CSV. A stored row with
+the same key is never graded again, so an interrupted run resumes where it stopped.
 """
 
 from __future__ import annotations
@@ -27,20 +36,27 @@ import csv
 import hashlib
 import json
 import os
+import queue
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..runtime.paths import checkout, labs_root
 from ..runtime.processes import kill_tree
-from . import audit, sandbox
+from . import audit, sandbox, slurm
 from .grading import NOT_GRADED
+from .rowstore import RowStore, submission_key
+from .slots import Slot, make_slots, visible_gpus
 
-__all__ = ["labs_root", "lab_names", "release", "check_release", "grade", "score_notebook", "Row", "main"]
+__all__ = ["labs_root", "lab_names", "release", "check_release", "grade", "plan", "run_local", "run_slurm", "report",
+           "grade_task", "score_notebook", "Row", "Submission", "Plan", "Progress", "Interrupted", "main"]
 
 MAX_OUTPUT_CHARS = 20_000  # per output, in the returned autograded/feedback notebooks
 CSV_FIELDS = [
@@ -59,18 +75,30 @@ def lab_names(root: Path | None = None) -> list[str]:
 # running nbgrader
 
 
+_LIVE: set[int] = set()  # nbgrader processes running now (killed, with everything below them, on Ctrl-C)
+_LIVE_LOCK = threading.Lock()
+
+
 def _run(args: list[str], cwd: Path, timeout: float, log: Path,
-         env: dict[str, str] | None = None) -> tuple[int | None, str]:
-    """Run ``python -m nbgrader ARGS`` in its own process group; (returncode or None on timeout, log tail)."""
+         env: dict[str, str] | None = None, slot: Slot | None = None) -> tuple[int | None, str]:
+    """Run ``python -m nbgrader ARGS`` in its own process group; (returncode or None on timeout, log tail).
+
+    ``slot`` pins it (and the sandboxes it starts) to that slot's CPU cores and GPU.
+    """
     env = dict(os.environ, PYTHONHASHSEED="0", MPLBACKEND="Agg", PYDEVD_DISABLE_FILE_VALIDATION="1", **(env or {}))
+    if slot is not None:
+        env.update(slot.env())
     # the grader's own mlsys (nbgrader_config.py imports its sandboxed executor) whatever the working folder
     pkg_parent = str(checkout())
     env["PYTHONPATH"] = os.pathsep.join([pkg_parent, *[p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]])
     # nbgrader runs the `alembic` script of its own environment: put that environment's bin first
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    argv = [*(slot.prefix() if slot is not None else []), sys.executable, "-m", "nbgrader", *args]
     with open(log, "ab") as fh:
-        proc = subprocess.Popen([sys.executable, "-m", "nbgrader", *args], cwd=cwd, stdout=fh, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen(argv, cwd=cwd, stdout=fh, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+        with _LIVE_LOCK:
+            _LIVE.add(proc.pid)
         try:
             rc: int | None = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -78,9 +106,19 @@ def _run(args: list[str], cwd: Path, timeout: float, log: Path,
         finally:
             kill_tree(proc.pid)
             proc.wait()
+            with _LIVE_LOCK:
+                _LIVE.discard(proc.pid)
     with open(log, "rb") as fh:
         fh.seek(max(0, log.stat().st_size - 20_000))
         return rc, fh.read().decode("utf-8", "replace")
+
+
+def _kill_live() -> None:
+    """End every nbgrader process this run started and everything below it (an interrupted run)."""
+    with _LIVE_LOCK:
+        pids = list(_LIVE)
+    for pid in pids:
+        kill_tree(pid)
 
 
 def _scratch_course(root: Path, labs: list[str], tmp: Path) -> Path:
@@ -284,14 +322,20 @@ def _reason(rc: int | None, log: str, timeout: float) -> str:
 
 
 def _validate_submission(path: Path) -> str | None:
+    import warnings
+
     import nbformat
 
     try:
-        nb = nbformat.read(path, as_version=4)
+        with warnings.catch_warnings():  # duplicated cell ids are repaired on our copy (_dedupe_grade_ids)
+            warnings.simplefilter("ignore")
+            nb = nbformat.read(path, as_version=4)
     except Exception as exc:  # any parse failure is reported, not raised
         return f"malformed notebook: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
     try:
-        nbformat.validate(nb)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            nbformat.validate(nb)
     except Exception as exc:
         return f"malformed notebook (fails the notebook schema): {str(exc).splitlines()[0][:200]}"
     return None
@@ -385,16 +429,50 @@ def _annotate_feedback(html: Path, row: Row) -> None:
     html.write_text(text, encoding="utf-8")
 
 
-def _grade_one(student: str, lab: str, labdir: Path, base: Path, work: Path, root: Path, submitted: Path, *,
-               timeout: float, extra: list[str], feedback: bool, verbose: bool, run: _RunSettings) -> Row:
+def _nbgrader_id(student: str) -> str:
+    """The id nbgrader sees for a student: never the folder name itself, so that names starting with
+    ``-`` (read as an option), spaces or other odd characters cannot break or steer nbgrader."""
+    return "s" + hashlib.sha256(student.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+
+
+def _dedupe_grade_ids(path: Path) -> list[str]:
+    """Keep the first cell of each nbgrader grade id in the (scratch copy of the) notebook; later
+    copies (a test cell the learner duplicated) become ordinary cells. Returns a note per duplicate."""
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    seen: dict[str, int] = {}
+    ids: set[str] = set()
+    for cell in nb.get("cells", []):
+        meta = cell.get("metadata", {})
+        gid = meta.get("nbgrader", {}).get("grade_id") if isinstance(meta.get("nbgrader"), dict) else None
+        if gid:
+            seen[gid] = seen.get(gid, 0) + 1
+            if seen[gid] > 1:
+                meta.pop("nbgrader")
+        if "id" in cell:  # nbformat 4.5 cell ids must be unique too
+            while cell["id"] in ids:
+                cell["id"] = f"{cell['id']}-copy"[:64]
+            ids.add(cell["id"])
+    dups = {g: n for g, n in seen.items() if n > 1}
+    if dups:
+        path.write_text(json.dumps(nb, indent=1, ensure_ascii=False), encoding="utf-8")
+    return [f"cell {g} appears {n} times in the submission (a duplicated cell?): the first copy was graded, "
+            f"the others ran as ordinary cells" for g, n in sorted(dups.items())]
+
+
+def _grade_one(sub: Submission, prep: _Prepared, work: Path, root: Path, *, timeout: float, extra: list[str],
+               feedback: bool, verbose: bool, slot: Slot | None = None) -> Row:
     """Grade one submission in its own scratch course (own gradebook copy): returns its row."""
+    student, lab = sub.student, sub.lab
+    base, run = prep.base, prep.run
     row = Row(student, lab)
+    if sub.note:
+        row.notes.append(sub.note)
     source_nb = json.loads((root / "source" / lab / f"{lab}.ipynb").read_text(encoding="utf-8"))
     score_notebook(source_nb, None, row)  # the maxima, reported even when grading fails
     _zero(row)
-    nb_path = labdir / f"{lab}.ipynb"
+    nb_path = sub.notebook
     if nb_path.is_symlink() or not nb_path.is_file():
-        return _finish(_failed(row, f"no notebook: expected {nb_path.relative_to(submitted)} (a regular file)"))
+        return _finish(_failed(row, f"no notebook: expected {student}/{lab}/{lab}.ipynb (a regular file)"))
     bad = _validate_submission(nb_path)
     if bad:
         return _finish(_failed(row, bad))
@@ -404,14 +482,21 @@ def _grade_one(student: str, lab: str, labdir: Path, base: Path, work: Path, roo
         row.flags = audit.format_flags(audit.audit_notebook(json.loads(nb_path.read_text(encoding="utf-8")), given))
     except Exception as exc:  # the audit never stops grading
         row.flags = f"audit failed: {type(exc).__name__}"
-    if any(p.is_symlink() for p in labdir.rglob("*")):
+    if sub.folder is not None and any(p.is_symlink() for p in sub.folder.rglob("*")):
         row.flags = "; ".join(x for x in (row.flags, "file: symbolic link in the submission (ignored)") if x)
-    course = work / f"{student}__{lab}"
+    sid = _nbgrader_id(student)
+    course = work / f"{sid}__{lab}"
     (course / "source").mkdir(parents=True)
     shutil.copy2(base / "nbgrader_config.py", course / "nbgrader_config.py")
     shutil.copy2(base / "gradebook.db", course / "gradebook.db")
     shutil.copytree(base / "source" / lab, course / "source" / lab)
-    shutil.copytree(labdir, course / "submitted" / student / lab, ignore=_no_links)
+    dest = course / "submitted" / sid / lab
+    if sub.folder is not None:
+        shutil.copytree(sub.folder, dest, ignore=_no_links)
+    else:  # a notebook saved without its lab folder: graded on its own
+        dest.mkdir(parents=True)
+        shutil.copy2(nb_path, dest / f"{lab}.ipynb")
+    row.notes.extend(_dedupe_grade_ids(dest / f"{lab}.ipynb"))
     db = f"sqlite:///{course / 'gradebook.db'}"
     if verbose:
         print(f"grading {student}/{lab} ...", flush=True)
@@ -420,11 +505,11 @@ def _grade_one(student: str, lab: str, labdir: Path, base: Path, work: Path, roo
                 "perf": run.perf, "cases": _perf_cases(root, lab), "report": str(report_path),
                 "limits": asdict(run.limits), "gpu": run.gpu}
     env = {"MLSYS_SANDBOX": json.dumps(settings)}
-    rc, out = _run(["autograde", lab, "--student", student, "--create", "--force", "--db", db, *extra],
-                   course, timeout + 120, course / "autograde.log", env=env)
-    graded = course / "autograded" / student / lab / f"{lab}.ipynb"
+    rc, out = _run(["autograde", lab, "--student", sid, "--create", "--force", "--db", db, *extra],
+                   course, timeout + 120, course / "autograde.log", env=env, slot=slot)
+    graded = course / "autograded" / sid / lab / f"{lab}.ipynb"
     if rc != 0 or not graded.is_file():
-        return _finish(_failed(row, _reason(rc, out, timeout + 120)))
+        return _finish(_failed(row, "; ".join([*row.notes, _reason(rc, out, timeout + 120)])))
     _trim_outputs(graded)
     graded_nb = json.loads(graded.read_text(encoding="utf-8"))
     _reset(row)
@@ -438,25 +523,31 @@ def _grade_one(student: str, lab: str, labdir: Path, base: Path, work: Path, roo
                 row.notes.append(f"cell {gid} timed out (per-cell time limit)")
     row.reason = "; ".join(dict.fromkeys(row.notes))
     _finish(row)
-    target = root / "autograded" / student / lab
-    if target.exists():
-        shutil.rmtree(target)
-    shutil.copytree(course / "autograded" / student / lab, target, ignore=_no_links)
+    _replace_tree(course / "autograded" / sid / lab, root / "autograded" / student / lab)
     if feedback:
-        rc, out = _run(["generate_feedback", lab, "--student", student, "--force", "--db", db],
-                       course, 600, course / "feedback.log")
-        fb = course / "feedback" / student / lab
+        rc, out = _run(["generate_feedback", lab, "--student", sid, "--force", "--db", db],
+                       course, 600, course / "feedback.log", slot=slot)
+        fb = course / "feedback" / sid / lab
         if rc == 0 and fb.is_dir():
             for html in fb.glob("*.html"):
                 _annotate_feedback(html, row)
-            ftarget = root / "feedback" / student / lab
-            if ftarget.exists():
-                shutil.rmtree(ftarget)
-            shutil.copytree(fb, ftarget, ignore=_no_links)
+            _replace_tree(fb, root / "feedback" / student / lab)
         else:
             row.notes.append("feedback could not be generated")
             row.reason = "; ".join(dict.fromkeys(row.notes))
     return row
+
+
+def _replace_tree(src: Path, target: Path) -> None:
+    """Copy ``src`` to ``target`` (links left out), replacing it: staged beside it, then swapped in."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    stage = target.with_name(f".{target.name}.new-{os.getpid()}-{threading.get_ident()}")
+    if stage.exists():
+        shutil.rmtree(stage)
+    shutil.copytree(src, stage, ignore=_no_links)
+    if target.exists():
+        shutil.rmtree(target)
+    stage.rename(target)
 
 
 def _finish(row: Row) -> Row:
@@ -483,77 +574,538 @@ def _perf_mode(perf: str | None) -> str:
     return "cuda" if has_cuda() else "off"
 
 
+# ----------------------------------------------------------------------------------------------
+# grading a class: plan (what to grade) / run (here, N at a time, or as a Slurm job array) / report
+
+
+@dataclass(frozen=True)
+class Submission:
+    """One (student, lab) to grade: its notebook, its lab folder (None: saved without one), its key."""
+
+    student: str
+    lab: str
+    notebook: Path
+    folder: Path | None
+    key: str = ""
+    note: str = ""  # said in the row's reason (e.g. "notebook saved without its lab folder")
+
+    def files(self) -> list[Path]:
+        return [self.folder] if self.folder is not None else [self.notebook]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"student": self.student, "lab": self.lab, "notebook": str(self.notebook),
+                "folder": None if self.folder is None else str(self.folder), "key": self.key, "note": self.note}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Submission:
+        return cls(d["student"], d["lab"], Path(d["notebook"]), None if d["folder"] is None else Path(d["folder"]),
+                   d["key"], d.get("note", ""))
+
+
+@dataclass
+class Plan:
+    """What one ``teach grade`` does: ``todo`` to grade, ``done`` already graded with the same key
+    (kept byte for byte), ``problems`` rows decided without grading (unknown lab, stray notebook)."""
+
+    root: Path
+    submitted: Path
+    labs: list[str]
+    todo: list[Submission]
+    done: list[Submission]
+    problems: list[Row]
+    settings: dict[str, Any]
+
+
+@dataclass
+class _Prepared:
+    """What every grading of a run shares: the generated assignments (``base``) and the run settings."""
+
+    base: Path
+    run: _RunSettings
+
+
+def _pending(sub: Submission, why: str) -> Row:
+    row = _failed(Row(sub.student, sub.lab), why)
+    row.status = "pending"
+    return _finish(row)
+
+
+def plan(root: Path | None = None, *, submitted: Path | None = None, labs: list[str] | None = None,
+         settings: dict[str, Any] | None = None, regrade: bool = False) -> Plan:
+    """Read ``submitted/`` and decide what a run grades.
+
+    Every notebook gets a row: ``<student>/<lab>/<lab>.ipynb`` is graded; ``<student>/<lab>.ipynb``
+    (saved without its lab folder) is graded with a note; a folder or notebook that names no known
+    lab, a notebook directly in ``submitted/`` and a student folder with nothing in it get a failed
+    row saying what was expected. A submission whose key (files, instructor version, ``settings``)
+    matches its stored row is ``done`` unless ``regrade``.
+    """
+    root = (root or labs_root()).resolve()
+    submitted = (submitted or root / "submitted").resolve()
+    settings = dict(settings or {})
+    known = lab_names(root)
+    expected = "expected submitted/<student>/<lab>/<lab>.ipynb"
+    found: list[Submission] = []
+    problems: list[Row] = []
+
+    def problem(student: str, lab: str, why: str) -> None:
+        problems.append(_finish(_failed(Row(student, lab, performance="none"), why)))
+
+    entries = sorted(submitted.iterdir()) if submitted.is_dir() else []
+    for entry in entries:
+        if entry.is_symlink():
+            continue
+        if entry.is_file():
+            if entry.suffix == ".ipynb" and not labs:
+                problem(entry.stem, "(none)", f"notebook {entry.name} directly in submitted/, not in a student's "
+                                              f"folder: {expected}")
+            continue
+        student, any_work = entry.name, False
+        for child in sorted(entry.iterdir()):
+            if child.is_symlink():
+                continue
+            if child.is_dir():
+                lab = child.name
+                if child.name in (".ipynb_checkpoints", "__pycache__"):
+                    continue
+                any_work = True
+                if labs and lab not in labs:
+                    continue
+                if lab not in known:
+                    problem(student, lab, f"unknown lab {lab!r}; expected one of {known}")
+                    continue
+                found.append(Submission(student, lab, child / f"{lab}.ipynb", child))
+            elif child.suffix == ".ipynb":
+                any_work = True
+                lab = child.stem
+                if lab in known and (entry / lab).is_dir():
+                    continue  # a loose copy beside the lab folder: the folder is what is graded
+                if labs and lab not in labs:
+                    continue
+                if lab in known:
+                    found.append(Submission(student, lab, child, None,
+                                            note=f"notebook saved without its lab folder ({student}/{child.name}); "
+                                                 f"graded as {lab} (expected {student}/{lab}/{lab}.ipynb)"))
+                elif not labs:
+                    problem(student, lab, f"notebook {child.name} is not in a lab folder and its name is not a "
+                                          f"lab's; {expected}, <lab> one of {known}")
+        if not any_work and not labs:
+            problem(student, "(none)", f"nothing to grade in submitted/{student}/: {expected}")
+    store = RowStore(root)
+    todo, done = [], []
+    for sub in found:
+        key = submission_key(sub.files(), sub.files()[0].parent, root / "source" / sub.lab, settings)
+        sub = Submission(sub.student, sub.lab, sub.notebook, sub.folder, key, sub.note)
+        (done if not regrade and store.get(sub.student, sub.lab, key) is not None else todo).append(sub)
+    graded_labs = sorted({s.lab for s in found} | {r.lab for r in problems if r.lab in known})
+    return Plan(root, submitted, graded_labs, todo, done, problems, settings)
+
+
+def _prepare(root: Path, labs: list[str], dest: Path, *, use_sandbox: bool, perf: str,
+             limits: sandbox.Limits | None, gpu: bool) -> _Prepared:
+    """Generate the assignments of ``labs`` (one gradebook) and build the sandbox's site, under ``dest``."""
+    base = _scratch_course(root, labs, dest)
+    for lab in labs:
+        _generate(base, lab)
+    scratch = dest / "scratch"
+    scratch.mkdir(exist_ok=True)
+    run = _RunSettings(mode="bwrap" if use_sandbox else "none", site=sandbox.build_site(dest / "site"),
+                       scratch=scratch, perf=perf, limits=limits or sandbox.Limits(), gpu=gpu)
+    for p in run.site.rglob("*"):  # read-only for everyone: the sandbox binds it read-only as well
+        if p.is_file():
+            p.chmod(0o444)
+    return _Prepared(base, run)
+
+
+def _grade_guarded(sub: Submission, prep: _Prepared, work: Path, root: Path, **kw: Any) -> tuple[Row, bool]:
+    """(row, keep): a row to store, or a grader error (not the submission's fault: not stored, retried)."""
+    try:
+        return _grade_one(sub, prep, work, root, **kw), True
+    except Exception as exc:  # the run goes on; the row says what went wrong
+        why = f"grading error: {type(exc).__name__}: {exc} (not the submission's fault; run again to retry)"
+        return _finish(_failed(Row(sub.student, sub.lab), why)), False
+
+
+def _stored(row: Row) -> dict[str, Any]:
+    d = asdict(row)
+    d.pop("notes", None)
+    return d
+
+
+class Progress:
+    """One line: ``[#####-----] 12/40 graded, 1 failed, 2 running, about 3 min left``.
+
+    The estimate is the mean time of this run's gradings so far times what is left, divided by the
+    number running at once. On a terminal the line is redrawn; elsewhere (a log) printed on change.
+    """
+
+    def __init__(self, total: int, parallel: int, *, stream: Any = None, label: str = "grading"):
+        self.total, self.parallel, self.label = total, max(1, parallel), label
+        self.stream = stream if stream is not None else sys.stderr
+        self.durations: list[float] = []
+        self.last = ""
+        self.start = time.monotonic()
+
+    @staticmethod
+    def _clock(seconds: float) -> str:
+        s = int(round(seconds))
+        return f"{s // 3600} h {s % 3600 // 60:02d} min" if s >= 3600 else f"{s // 60} min {s % 60:02d} s"
+
+    def line(self, finished: int, failed: int, running: int) -> str:
+        width = 24
+        fill = int(width * finished / self.total) if self.total else width
+        left = self.total - finished
+        if left == 0:
+            eta = f"done in {self._clock(time.monotonic() - self.start)}"
+        elif self.durations:
+            eta = f"about {self._clock(sum(self.durations) / len(self.durations) * left / self.parallel)} left"
+        elif finished:
+            eta = f"about {self._clock((time.monotonic() - self.start) / finished * left)} left"
+        else:
+            eta = "time left: known after the first submission"
+        return (f"{self.label}: [{'#' * fill}{'-' * (width - fill)}] {finished}/{self.total} graded, "
+                f"{failed} failed, {running} running, {eta}")
+
+    def show(self, finished: int, failed: int, running: int) -> None:
+        text = self.line(finished, failed, running)
+        if text == self.last:
+            return
+        self.last = text
+        tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+        self.stream.write(("\r" + text + ("\n" if finished == self.total else "")) if tty else text + "\n")
+        self.stream.flush()
+
+
+class Interrupted(Exception):
+    """A run stopped by Ctrl-C or SIGTERM; finished rows are stored, the rest are pending."""
+
+
+class _StopFlag:
+    """Set once by the main thread on Ctrl-C, read by the grading threads (a bool is atomic in CPython)."""
+
+    def __init__(self) -> None:
+        self._on = False
+
+    def set(self) -> None:
+        self._on = True
+
+    def is_set(self) -> bool:
+        return self._on
+
+
+def run_local(plan_: Plan, prep: _Prepared, *, jobs: int = 1, timeout: float = 3600, extra: list[str] | None = None,
+              feedback: bool = True, verbose: bool = True, slots: list[Slot] | None = None) -> dict[tuple[str, str], Row]:
+    """Grade ``plan_.todo`` here, ``jobs`` at a time, one slot each; store each row as it finishes.
+
+    Returns the rows that could not be stored (grader errors). Ctrl-C (or SIGTERM) ends every running
+    grading with all it started, keeps every stored row, and raises :class:`Interrupted`.
+    """
+    from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+
+    store = RowStore(plan_.root)
+    slots = slots or make_slots(jobs, gpus=_gpu_ids(prep.run), timed_on_gpu=prep.run.perf == "cuda")
+    free: queue.Queue = queue.Queue()
+    for s in slots:
+        free.put(s)
+    stop = _StopFlag()
+    unstored: dict[tuple[str, str], Row] = {}
+    progress = Progress(len(plan_.todo), len(slots))
+    counts = {"finished": 0, "failed": 0, "running": 0}
+    lock = threading.Lock()
+    work = prep.base.parent / "jobs"
+    work.mkdir(exist_ok=True)
+
+    def one(sub: Submission) -> None:
+        if stop.is_set():
+            return
+        slot = free.get()
+        with lock:
+            counts["running"] += 1
+        try:
+            t0 = time.monotonic()
+            row, keep = _grade_guarded(sub, prep, work, plan_.root, timeout=timeout, extra=extra or [],
+                                       feedback=feedback, verbose=verbose and len(slots) == 1, slot=slot)
+            if stop.is_set():  # killed by the interrupt: neither stored nor counted
+                return
+            took = time.monotonic() - t0
+            if keep:
+                store.put(sub.student, sub.lab, sub.key, _stored(row), seconds=took)
+            else:
+                unstored[sub.student, sub.lab] = row
+            with lock:
+                progress.durations.append(took)
+                counts["finished"] += 1
+                counts["failed"] += row.status != "ok"
+        finally:
+            with lock:
+                counts["running"] -= 1
+            free.put(slot)
+
+    pool = ThreadPoolExecutor(max_workers=len(slots))
+    pending = {pool.submit(one, sub) for sub in plan_.todo}
+    try:
+        while pending:
+            finished, pending = wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)
+            for f in finished:
+                f.result()
+            if verbose and plan_.todo:
+                with lock:
+                    progress.show(counts["finished"], counts["failed"], counts["running"])
+    except KeyboardInterrupt:
+        stop.set()
+        _kill_live()
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise Interrupted(f"interrupted: {counts['finished']} of {len(plan_.todo)} graded in this run are kept; "
+                          "run the same command again to grade the rest") from None
+    pool.shutdown(wait=True)
+    return unstored
+
+
+def _gpu_ids(run: _RunSettings) -> list[str]:
+    if not run.gpu and run.perf != "cuda":
+        return []
+    ids = visible_gpus()
+    if not ids:
+        try:
+            import torch
+
+            ids = [str(i) for i in range(torch.cuda.device_count())]
+        except Exception:
+            ids = []
+    return ids
+
+
+def report(plan_: Plan, out_csv: Path, *, unstored: dict[tuple[str, str], Row] | None = None,
+           missing: dict[tuple[str, str], str] | None = None) -> list[Row]:
+    """Gather the rows of ``plan_`` (stored, unstored, or pending with why) into ``out_csv``.
+
+    Rows of labs this plan does not grade are kept as they were; the plan's labs are replaced whole.
+    """
+    store = RowStore(plan_.root)
+    unstored, missing = unstored or {}, missing or {}
+    rows = list(plan_.problems)
+    for sub in plan_.done + plan_.todo:
+        d = store.get(sub.student, sub.lab, sub.key)
+        if d is not None:
+            rows.append(Row(**d))
+        elif (sub.student, sub.lab) in unstored:
+            rows.append(unstored[sub.student, sub.lab])
+        else:
+            rows.append(_pending(sub, missing.get((sub.student, sub.lab),
+                                                  "not graded yet (the run was interrupted); run the same "
+                                                  "command again to grade it")))
+    rows.sort(key=lambda r: (r.student, r.lab))
+    write_csv(rows, out_csv, keep_other_labs=True)
+    return rows
+
+
+def _settings_key(*, perf: str, use_sandbox: bool, timeout: float, cell_timeout: int | None,
+                  feedback: bool) -> dict[str, Any]:
+    # normalised, so that `--timeout 300` (CLI, a float) and timeout=300 (Python, an int) are one key
+    return {"perf": perf, "sandbox": bool(use_sandbox), "timeout": float(timeout),
+            "cell_timeout": None if cell_timeout is None else int(cell_timeout), "feedback": bool(feedback)}
+
+
 def grade(root: Path | None = None, *, submitted: Path | None = None, out_csv: Path | None = None,
           timeout: float = 3600, cell_timeout: int | None = None, labs: list[str] | None = None,
           feedback: bool = True, jobs: int = 1, verbose: bool = True, use_sandbox: bool = True,
-          perf: str | None = None, limits: sandbox.Limits | None = None) -> list[Row]:
+          perf: str | None = None, limits: sandbox.Limits | None = None, regrade: bool = False,
+          slurm_options: slurm.SlurmOptions | None = None, batch: int = 1) -> list[Row]:
     """Autograde every ``submitted/<student>/<lab>/<lab>.ipynb``; update the CSV; return the rows.
 
     ``timeout`` bounds one submission's whole run (seconds; cells run before it keep their points);
     ``cell_timeout`` overrides the per-cell limit from nbgrader_config.py; ``jobs`` submissions are
-    graded at a time (keep 1 where performance cells are timed on a GPU). ``use_sandbox=False`` runs
-    student code unconfined (logged loudly). ``perf`` is "cuda", "fake" (deterministic fake timer,
-    for CI) or "off"; default: "cuda" where CUDA is present, "fake" if ``MLSYS_FAKE_TIMER=1``, else
-    "off" (performance reported as not graded). Results go to ``autograded/`` and ``feedback/``
-    under ``root`` and to ``out_csv`` (default ``root/grades.csv``), where rows of labs not graded
-    in this run are kept. Raises :class:`mlsys.course.sandbox.SandboxUnavailable` when bubblewrap
-    cannot run and ``use_sandbox`` is true.
+    graded at a time, each pinned to a GPU of its own and a share of the CPU cores
+    (:mod:`mlsys.course.slots`). ``slurm_options`` grades on a Slurm cluster instead, as a job array
+    of ``batch`` submissions per task (:func:`run_slurm`). ``use_sandbox=False`` runs student code
+    unconfined (logged loudly). ``perf`` is "cuda", "fake" (deterministic fake timer, for CI) or
+    "off"; default: "cuda" where CUDA is present (on Slurm: where ``--gres`` asks for a GPU), "fake"
+    if ``MLSYS_FAKE_TIMER=1``, else "off". Results go to ``autograded/`` and ``feedback/`` under
+    ``root`` and to ``out_csv`` (default ``root/grades.csv``), where rows of labs not graded in this
+    run are kept. A submission graded before with the same files, instructor version and settings is
+    not graded again (``regrade`` forces it). Raises :class:`mlsys.course.sandbox.SandboxUnavailable`
+    when bubblewrap cannot run and ``use_sandbox`` is true, :class:`Interrupted` on Ctrl-C.
     """
-    from concurrent.futures import ThreadPoolExecutor
-
     root = (root or labs_root()).resolve()
-    submitted = (submitted or root / "submitted").resolve()
     out_csv = out_csv or root / "grades.csv"
     if use_sandbox:
         sandbox.check()
     else:
         print(sandbox.NO_SANDBOX_WARNING, file=sys.stderr, flush=True)
-    known = lab_names(root)
-    todo: list[tuple[str, str, Path]] = []
-    rows: list[Row] = []
-    students = sorted(p.name for p in submitted.iterdir() if p.is_dir()) if submitted.is_dir() else []
-    for student in students:
-        for labdir in sorted(p for p in (submitted / student).iterdir() if p.is_dir() and not p.is_symlink()):
-            lab = labdir.name
-            if labs and lab not in labs:
-                continue
-            if lab not in known:
-                rows.append(_finish(_failed(Row(student, lab), f"unknown lab {lab!r}; expected one of {known}")))
-                continue
-            todo.append((student, lab, labdir))
-    before = {p: _sha(p) for _, _, d in todo for p in d.rglob("*") if p.is_file() and not p.is_symlink()}
+    if slurm_options is not None and perf is None and os.environ.get("MLSYS_FAKE_TIMER") != "1":
+        perf = "cuda" if "gpu" in (slurm_options.gres or "") else "off"
+    perf = _perf_mode(perf)
+    settings = _settings_key(perf=perf, use_sandbox=use_sandbox, timeout=timeout, cell_timeout=cell_timeout,
+                             feedback=feedback)
+    p = plan(root, submitted=submitted, labs=labs, settings=settings, regrade=regrade)
+    if verbose:
+        print(f"{len(p.todo)} submission(s) to grade, {len(p.done)} unchanged since they were graded (kept), "
+              f"{len(p.problems)} that cannot be graded", flush=True)
     extra = [f"--Execute.timeout={int(cell_timeout)}"] if cell_timeout else []
-    with tempfile.TemporaryDirectory(prefix="mlsys-grade-") as tmp:
-        needed = sorted({lab for _, lab, _ in todo})
-        base = _scratch_course(root, needed, Path(tmp))
-        for lab in needed:
-            _generate(base, lab)
-        work = Path(tmp) / "jobs"
-        work.mkdir()
-        scratch = Path(tmp) / "scratch"
-        scratch.mkdir()
-        run = _RunSettings(mode="bwrap" if use_sandbox else "none", site=sandbox.build_site(Path(tmp) / "site"),
-                           scratch=scratch, perf=_perf_mode(perf), limits=limits or sandbox.Limits(), gpu=_has_cuda())
-        for p in run.site.rglob("*"):  # read-only for everyone: the sandbox binds it read-only as well
-            if p.is_file():
-                p.chmod(0o444)
-
-        def one(job: tuple[str, str, Path]) -> Row:
-            student, lab, labdir = job
-            try:
-                return _grade_one(student, lab, labdir, base, work, root, submitted, timeout=timeout, extra=extra,
-                                  feedback=feedback, verbose=verbose, run=run)
-            except Exception as exc:  # the run goes on; the row says what went wrong
-                return _finish(_failed(Row(student, lab), f"grading error: {type(exc).__name__}: {exc}"))
-
-        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-            rows.extend(pool.map(one, todo))
-    after = {p: _sha(p) for p in before if p.is_file()}
+    unstored: dict[tuple[str, str], Row] = {}
+    missing: dict[tuple[str, str], str] = {}
+    before = {q: _sha(q) for s in p.todo for f in s.files() for q in ([f] if f.is_file() else f.rglob("*"))
+              if q.is_file() and not q.is_symlink()}
+    needed = sorted({s.lab for s in p.todo})
+    try:
+        if p.todo and slurm_options is not None:
+            missing = run_slurm(p, slurm_options, needed=needed, use_sandbox=use_sandbox, perf=perf, limits=limits,
+                                timeout=timeout, extra=extra, feedback=feedback, batch=batch, verbose=verbose)
+        elif p.todo:
+            with tempfile.TemporaryDirectory(prefix="mlsys-grade-") as tmp:
+                gpu = _has_cuda()
+                slots = make_slots(jobs, gpus=_gpu_ids(_RunSettings("none", Path(tmp), Path(tmp), perf, gpu)),
+                                   timed_on_gpu=perf == "cuda")
+                prep = _prepare(root, needed, Path(tmp), use_sandbox=use_sandbox, perf=perf, limits=limits, gpu=gpu)
+                unstored = run_local(p, prep, timeout=timeout, extra=extra, feedback=feedback, verbose=verbose,
+                                     slots=slots)
+    except KeyboardInterrupt:  # while preparing, before any grading started
+        _kill_live()
+        report(p, out_csv, unstored=unstored)
+        raise Interrupted("interrupted before grading started; run the same command again") from None
+    except Interrupted:
+        report(p, out_csv, unstored=unstored)
+        raise
+    after = {q: _sha(q) for q in before if q.is_file()}
     if after != before:  # a safety net: grading must never change what students handed in
         raise RuntimeError("a submitted file changed during grading; this is a bug in mlsys.course.teach")
-    rows.sort(key=lambda r: (r.student, r.lab))
-    write_csv(rows, out_csv, keep_other_labs=True)
-    return rows
+    return report(p, out_csv, unstored=unstored, missing=missing)
+
+
+# ---------------------------------------------------------------------------------------------- Slurm
+
+
+def _run_dir(root: Path) -> Path:
+    d = root / ".grading" / "runs" / time.strftime("%Y%m%d-%H%M%S")
+    n = 0
+    while True:
+        cand = d.with_name(d.name + (f"-{n}" if n else ""))
+        try:
+            cand.mkdir(parents=True)
+            return cand
+        except FileExistsError:
+            n += 1
+
+
+def run_slurm(plan_: Plan, options: slurm.SlurmOptions, *, needed: list[str], use_sandbox: bool, perf: str,
+              limits: sandbox.Limits | None, timeout: float, extra: list[str], feedback: bool, batch: int = 1,
+              verbose: bool = True, poll: float = 2.0) -> dict[tuple[str, str], str]:
+    """Grade ``plan_.todo`` as a Slurm job array; wait for it; return why each missing row is missing.
+
+    The generated assignments and the sandbox's site are prepared once in the course folder
+    (``.grading/runs/<time>/``, which every node must see at the same path, as it must the Python
+    environment); each array task runs ``teach grade-task`` over ``batch`` submissions on its node and
+    stores each row as it finishes. Ctrl-C cancels the array; stored rows are kept.
+    """
+    why = slurm.available()
+    if why:
+        raise slurm.SlurmUnavailable(f"--slurm: {why}")
+    run_dir = _run_dir(plan_.root)
+    prep = _prepare(plan_.root, needed, run_dir, use_sandbox=use_sandbox, perf=perf, limits=limits, gpu=False)
+    shutil.rmtree(prep.run.scratch, ignore_errors=True)  # each task has its own, on its node
+    batches = [plan_.todo[i:i + max(1, batch)] for i in range(0, len(plan_.todo), max(1, batch))]
+    manifest = run_dir / "manifest.json"
+    manifest.write_text(json.dumps({
+        "root": str(plan_.root), "base": str(prep.base), "site": str(prep.run.site), "mode": prep.run.mode,
+        "perf": perf, "limits": asdict(prep.run.limits), "timeout": timeout, "extra": extra, "feedback": feedback,
+        "tasks": [[s.to_json() for s in b] for b in batches]}, indent=1), encoding="utf-8")
+    script = run_dir / "grade.sbatch"
+    pkg_parent = str(Path(__file__).resolve().parents[2])
+    script.write_text(slurm.batch_script(
+        [sys.executable, "-m", "mlsys.course.teach", "grade-task", str(manifest)],
+        env={"PYTHONPATH": pkg_parent, "PYTHONHASHSEED": "0"}, log_dir=run_dir, tasks=len(batches),
+        name="mlsys-grade", options=options))
+    job = slurm.submit(script, run_dir)
+    if verbose:
+        print(f"Slurm job array {job}: {len(batches)} task(s) of up to {max(1, batch)} submission(s); "
+              f"logs in {run_dir}", flush=True)
+    store = RowStore(plan_.root)
+    progress = Progress(len(plan_.todo), options.max_running or len(batches), label=f"grading (Slurm job {job})")
+    seen: set[tuple[str, str]] = set()
+    try:
+        while True:
+            active = slurm.active_tasks(job)
+            for s in plan_.todo:
+                if (s.student, s.lab) not in seen and store.get(s.student, s.lab, s.key) is not None:
+                    seen.add((s.student, s.lab))
+                    took = store.seconds(s.student, s.lab)
+                    if took is not None:
+                        progress.durations.append(took)
+            if verbose:
+                failed = sum(1 for s in plan_.todo if (s.student, s.lab) in seen
+                             and (store.get(s.student, s.lab, s.key) or {}).get("status") != "ok")
+                progress.show(len(seen), failed, sum(st == "RUNNING" for st in active.values()))
+            if not active:
+                break
+            time.sleep(poll)
+    except KeyboardInterrupt:
+        slurm.cancel(job)
+        raise Interrupted(f"interrupted: Slurm job {job} cancelled; {len(seen)} row(s) stored are kept; "
+                          "run the same command again to grade the rest") from None
+    missing: dict[tuple[str, str], str] = {}
+    for i, b in enumerate(batches):
+        lost = [s for s in b if store.get(s.student, s.lab, s.key) is None]
+        if not lost:
+            continue
+        state = slurm.task_state(job, i)
+        log = run_dir / f"task-{i}.log"
+        tail = ""
+        if log.is_file():
+            lines = [ln for ln in log.read_text(encoding="utf-8", errors="replace").splitlines() if ln.strip()]
+            tail = f"; its log ends: {lines[-1][:300]}" if lines else "; its log is empty"
+        reason = f"Slurm task {job}_{i} ended {state} without this row{tail} (log {log}); run again to retry"
+        if verbose:
+            print(f"task {job}_{i} ({', '.join(f'{s.student}/{s.lab}' for s in lost)}): {state}{tail}",
+                  file=sys.stderr, flush=True)
+        for s in lost:
+            missing[s.student, s.lab] = reason
+    return missing
+
+
+def grade_task(manifest: Path, index: int) -> int:
+    """One Slurm array task: grade batch ``index`` of ``manifest`` on this node, storing each row.
+
+    Rows already stored with the same key (an earlier, interrupted array) are skipped. Exit status 0
+    when every row of the batch is stored, 1 otherwise (the last line of the log says why).
+    """
+    m = json.loads(Path(manifest).read_text(encoding="utf-8"))
+    root = Path(m["root"])
+    subs = [Submission.from_json(d) for d in m["tasks"][index]]
+    store = RowStore(root)
+    gpu = _has_cuda()
+    ok = True
+    with tempfile.TemporaryDirectory(prefix="mlsys-grade-task-") as tmp:
+        scratch = Path(tmp) / "scratch"
+        scratch.mkdir()
+        run = _RunSettings(mode=m["mode"], site=Path(m["site"]), scratch=scratch, perf=m["perf"], gpu=gpu,
+                           limits=sandbox.Limits(**m["limits"]))
+        prep = _Prepared(Path(m["base"]), run)
+        work = Path(tmp) / "jobs"
+        work.mkdir()
+        for sub in subs:
+            if store.get(sub.student, sub.lab, sub.key) is not None:
+                print(f"{sub.student}/{sub.lab}: already graded, kept", flush=True)
+                continue
+            t0 = time.monotonic()
+            row, keep = _grade_guarded(sub, prep, work, root, timeout=m["timeout"], extra=m["extra"],
+                                       feedback=m["feedback"], verbose=True)
+            if keep:
+                store.put(sub.student, sub.lab, sub.key, _stored(row), seconds=time.monotonic() - t0)
+                print(f"{sub.student}/{sub.lab}: {row.status}, {row.summary}", flush=True)
+            else:
+                ok = False
+                print(f"{sub.student}/{sub.lab}: {row.reason}", flush=True)
+    return 0 if ok else 1
+
+
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _csv_cell(value: Any) -> Any:
+    """A text cell that a spreadsheet would read as a formula gets a leading apostrophe (OWASP's advice)."""
+    if isinstance(value, str) and value.startswith(_FORMULA_START):
+        return "'" + value
+    return value
 
 
 def _csv_value(d: dict[str, Any]) -> dict[str, Any]:
@@ -561,7 +1113,7 @@ def _csv_value(d: dict[str, Any]) -> dict[str, Any]:
               "total_score"):
         if isinstance(d.get(k), float):
             d[k] = f"{d[k]:g}"
-    return d
+    return {k: _csv_cell(v) for k, v in d.items()}
 
 
 def write_csv(rows: list[Row], path: Path, *, keep_other_labs: bool = False) -> None:
@@ -569,6 +1121,8 @@ def write_csv(rows: list[Row], path: Path, *, keep_other_labs: bool = False) -> 
 
     With ``keep_other_labs``, lines of an existing report whose lab is not among ``rows``' labs are
     kept (grading Lab 2 leaves Lab 1's grades as they were); the labs in ``rows`` are replaced whole.
+    Text that a spreadsheet would take for a formula (``=``, ``+``, ``-``, ``@`` first) starts with
+    an apostrophe. Written to a temporary file, then renamed: never half a report.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     kept: list[dict[str, Any]] = []
@@ -576,8 +1130,8 @@ def write_csv(rows: list[Row], path: Path, *, keep_other_labs: bool = False) -> 
     if keep_other_labs and path.is_file():
         with open(path, newline="", encoding="utf-8") as fh:
             kept = [r for r in csv.DictReader(fh) if r.get("lab") not in graded_labs]
-    lines = kept + [_csv_value(asdict(r)) for r in rows]
-    lines.sort(key=lambda d: (str(d.get("student")), str(d.get("lab"))))
+    lines = [_csv_value(d) for d in kept] + [_csv_value(asdict(r)) for r in rows]
+    lines.sort(key=lambda d: (str(d.get("student")).lstrip("'"), str(d.get("lab"))))
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w", newline="", encoding="utf-8") as fh:
         w = csv.DictWriter(fh, fieldnames=CSV_FIELDS, extrasaction="ignore", restval="")
@@ -585,7 +1139,6 @@ def write_csv(rows: list[Row], path: Path, *, keep_other_labs: bool = False) -> 
         for d in lines:
             w.writerow(d)
     tmp.replace(path)
-
 
 
 def _zero(row: Row) -> Row:
@@ -621,17 +1174,36 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("labs", nargs="*")
     g = sub.add_parser("grade", help="autograde labs/submitted/<student>/<lab>/ into labs/grades.csv")
     g.add_argument("labs", nargs="*", help="labs to grade (default: every lab found in submitted/)")
+    g.add_argument("--root", type=Path, help="the nbgrader course root (default: labs/ of this checkout)")
     g.add_argument("--submitted", type=Path, help="folder of <student>/<lab>/<lab>.ipynb (default labs/submitted)")
     g.add_argument("--csv", type=Path, help="where to write the report (default labs/grades.csv)")
     g.add_argument("--timeout", type=float, default=3600, help="seconds allowed for one submission (default 3600)")
     g.add_argument("--cell-timeout", type=int, help="seconds per cell (default: nbgrader_config.py, 600)")
     g.add_argument("--no-feedback", action="store_true", help="skip the HTML feedback")
-    g.add_argument("--jobs", type=int, default=1, help="submissions graded at a time (default 1: GPU timings stay fair)")
+    g.add_argument("--jobs", type=int, default=1,
+                   help="submissions graded at a time on this machine, each with a GPU of its own (pinned with "
+                        "CUDA_VISIBLE_DEVICES) and an equal share of the CPU cores (default 1)")
+    g.add_argument("--regrade", action="store_true",
+                   help="grade again even submissions whose stored row matches (same files, lab and settings)")
     g.add_argument("--no-sandbox", action="store_true",
                    help="run student code WITHOUT the bubblewrap sandbox (logged loudly; trusted submissions only)")
     g.add_argument("--perf", choices=["cuda", "fake", "off"],
                    help="performance cells: time on CUDA, use the fake timer (CI), or report not graded "
                         "(default: cuda where present, fake if MLSYS_FAKE_TIMER=1, else off)")
+    s = g.add_argument_group("Slurm", "grade as a job array on a Slurm cluster (the course folder and the Python "
+                                      "environment must be on a filesystem every node sees, at the same path)")
+    s.add_argument("--slurm", action="store_true", help="submit the grading as a Slurm job array and wait for it")
+    s.add_argument("--partition", help="sbatch --partition")
+    s.add_argument("--gres", help="sbatch --gres, e.g. gpu:1 (one GPU per task; performance is then timed on it)")
+    s.add_argument("--time", help="sbatch --time per task, e.g. 30:00")
+    s.add_argument("--cpus-per-task", type=int, help="sbatch --cpus-per-task")
+    s.add_argument("--max-running", type=int, help="at most this many tasks at once (the array's %%N throttle)")
+    s.add_argument("--batch", type=int, default=1, help="submissions per array task (default 1)")
+    s.add_argument("--sbatch-arg", action="append", default=[], metavar="ARG",
+                   help="a further sbatch option, e.g. --sbatch-arg=--account=cs598 (repeatable)")
+    t = sub.add_parser("grade-task", help="(run by Slurm) grade one array task's submissions of a manifest")
+    t.add_argument("manifest", type=Path)
+    t.add_argument("index", type=int)
     a = p.parse_args(argv)
     if a.cmd == "release":
         for path in release(a.labs or None):
@@ -644,16 +1216,43 @@ def main(argv: list[str] | None = None) -> int:
         if problems:
             print("run `make release` and commit labs/release/", file=sys.stderr)
         return 1 if problems else 0
+    if a.cmd == "grade-task":
+        signal.signal(signal.SIGTERM, _interrupt)  # Slurm's time limit: end the running grading cleanly
+        try:
+            return grade_task(a.manifest, a.index)
+        except KeyboardInterrupt:
+            _kill_live()
+            print("task stopped (time limit or scancel); rows stored so far are kept", flush=True)
+            return 1
+    options = None
+    if a.slurm:
+        options = slurm.SlurmOptions(partition=a.partition, gres=a.gres, time=a.time, cpus_per_task=a.cpus_per_task,
+                                     max_running=a.max_running, extra=tuple(a.sbatch_arg))
+    elif any(v is not None for v in (a.partition, a.gres, a.time, a.cpus_per_task, a.max_running)) or a.sbatch_arg:
+        p.error("--partition, --gres, --time, --cpus-per-task, --max-running and --sbatch-arg need --slurm")
+    previous = signal.signal(signal.SIGTERM, _interrupt)  # a batch system's stop: like Ctrl-C
+    out_csv = a.csv or (a.root or labs_root()) / "grades.csv"
     try:
-        rows = grade(submitted=a.submitted, out_csv=a.csv, timeout=a.timeout, cell_timeout=a.cell_timeout,
+        rows = grade(a.root, submitted=a.submitted, out_csv=a.csv, timeout=a.timeout, cell_timeout=a.cell_timeout,
                      labs=a.labs or None, feedback=not a.no_feedback, jobs=a.jobs, use_sandbox=not a.no_sandbox,
-                     perf=a.perf)
-    except sandbox.SandboxUnavailable as exc:
+                     perf=a.perf, regrade=a.regrade, slurm_options=options, batch=a.batch)
+    except (sandbox.SandboxUnavailable, slurm.SlurmUnavailable, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    failed = sum(r.status != "ok" for r in rows)
-    print(f"graded {len(rows)} submission(s), {failed} with problems; report: {a.csv or labs_root() / 'grades.csv'}")
-    return 0
+    except Interrupted as exc:
+        print(f"\n{exc}; report so far: {out_csv}", file=sys.stderr)
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    failed = sum(r.status == "failed" for r in rows)
+    pending = sum(r.status == "pending" for r in rows)
+    print(f"graded {len(rows)} submission(s), {failed} with problems"
+          f"{f', {pending} not graded yet (run again to retry)' if pending else ''}; report: {out_csv}")
+    return 1 if pending else 0
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
 
 
 if __name__ == "__main__":

@@ -1,0 +1,95 @@
+"""Grade rows kept one file per submission, so that a grading run can stop at any moment and resume.
+
+Layout, inside the course folder (the only state shared between a teacher's command and Slurm tasks
+on other nodes): ``.grading/rows/<lab>/<student>.json`` holding ``{"key": ..., "row": {...}}``.
+``key`` is :func:`submission_key`: a SHA-256 over the submission's files (names and bytes), the
+instructor version of its lab and the grading settings, so a row is reused only while all three are
+unchanged. A row file is written once, atomically (a temporary file in the same folder, then
+``os.replace``): a reader sees the old file, the new one, or none, never half of one; a run that is
+killed loses at most the submissions it was grading at that moment.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+__all__ = ["tree_digest", "submission_key", "RowStore"]
+
+_SKIP = {".ipynb_checkpoints", "__pycache__"}
+
+
+def tree_digest(paths: list[Path], base: Path | None = None) -> str:
+    """SHA-256 over ``paths`` (files, or folders walked in sorted order; symbolic links and caches
+    skipped): each file's path relative to ``base`` (or its name) and its bytes."""
+    h = hashlib.sha256()
+    for top in paths:
+        files = [top] if top.is_file() else sorted(p for p in top.rglob("*") if p.is_file())
+        for p in files:
+            if p.is_symlink() or _SKIP & set(p.parts):
+                continue
+            rel = p.relative_to(base) if base else Path(p.name)
+            h.update(str(rel).encode("utf-8", "surrogateescape") + b"\0")
+            h.update(hashlib.sha256(p.read_bytes()).digest())
+    return h.hexdigest()
+
+
+def submission_key(files: list[Path], base: Path, lab_source: Path, settings: dict[str, Any]) -> str:
+    """The identity of one grading: submitted files, the lab's instructor folder, the settings (JSON)."""
+    h = hashlib.sha256()
+    h.update(tree_digest(files, base).encode())
+    h.update(tree_digest([lab_source], lab_source).encode())
+    h.update(json.dumps(settings, sort_keys=True).encode())
+    return h.hexdigest()
+
+
+class RowStore:
+    """``<root>/.grading/rows/<lab>/<student>.json``: one finished grading each."""
+
+    def __init__(self, root: Path):
+        self.dir = Path(root) / ".grading" / "rows"
+
+    def path(self, student: str, lab: str) -> Path:
+        for name in (student, lab):
+            if not name or "/" in name or name in (".", "..") or "\0" in name:
+                raise ValueError(f"not a usable folder name: {name!r}")
+        return self.dir / lab / f"{student}.json"
+
+    def get(self, student: str, lab: str, key: str) -> dict[str, Any] | None:
+        """The stored row of (student, lab) if it was graded with this ``key``, else None."""
+        p = self.path(student, lab)
+        try:
+            data = json.loads(p.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return data.get("row") if isinstance(data, dict) and data.get("key") == key else None
+
+    def put(self, student: str, lab: str, key: str, row: dict[str, Any], seconds: float | None = None) -> Path:
+        """Write the row atomically (same-folder temporary file, fsync, ``os.replace``)."""
+        p = self.path(student, lab)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        data = {"key": key, "row": row}
+        if seconds is not None:
+            data["seconds"] = round(seconds, 3)
+        fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=".tmp-", suffix=".json")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(json.dumps(data, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, p)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return p
+
+    def seconds(self, student: str, lab: str) -> float | None:
+        """How long the stored grading took (for the time-left estimate), if recorded."""
+        try:
+            return float(json.loads(self.path(student, lab).read_text(encoding="utf-8"))["seconds"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
