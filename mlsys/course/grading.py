@@ -65,7 +65,36 @@ class GradingError(AssertionError):
 
 
 def _is_torch(x: Any) -> bool:
-    return type(x).__module__.startswith("torch") and hasattr(x, "detach")
+    """True only for an exact ``torch.Tensor``: a subclass or an object that imitates one (a class whose
+    ``__module__`` says torch, a lazy result computed when read) is not a tensor to a check."""
+    torch = sys.modules.get("torch")
+    return torch is not None and type(x) is torch.Tensor
+
+
+def _claims_torch(x: Any) -> bool:
+    """An object whose type says it comes from torch or has a tensor's ``detach``, real or not."""
+    return _is_torch(x) or str(getattr(type(x), "__module__", "")).startswith("torch") or hasattr(type(x), "detach")
+
+
+_PLAIN_SCALARS = (bool, int, float, complex)
+
+
+def _is_quantity(x: Any) -> bool:
+    """True only for a quantity of the course's unit registry (``mlsys.Q_``), exact type."""
+    from mlsys.units import ureg
+
+    return type(x) is ureg.Quantity
+
+
+def _plain(x: Any, depth: int = 0) -> bool:
+    """Plain data a check may convert itself: an exact ndarray, number, numpy scalar, or a list/tuple of them."""
+    import numpy as np
+
+    if type(x) in _PLAIN_SCALARS or type(x) is np.ndarray or isinstance(x, np.generic):
+        return type(x) is np.ndarray or type(x) in _PLAIN_SCALARS or type(x).__module__ == "numpy"
+    if type(x) in (list, tuple) and depth < 8:
+        return all(_plain(v, depth + 1) for v in x)
+    return False
 
 
 def _to_numpy(x: Any):
@@ -76,6 +105,11 @@ def _to_numpy(x: Any):
         if t.dtype.is_floating_point and t.dtype.itemsize < 4:
             t = t.float()
         return t.cpu().numpy()
+    if _claims_torch(x):
+        raise GradingError(f"expected a torch.Tensor, found an object of type {type(x).__module__}.{type(x).__qualname__} "
+                           "(results must be real tensors, not subclasses or look-alikes)")
+    if not _plain(x):
+        raise GradingError(f"expected a number, a numpy array or a torch.Tensor, found {type(x).__name__}")
     try:
         return np.asarray(x)
     except Exception as exc:  # e.g. a ragged list
@@ -85,9 +119,11 @@ def _to_numpy(x: Any):
 def _describe(x: Any) -> str:
     if _is_torch(x):
         return f"tensor(shape={tuple(x.shape)}, dtype={x.dtype}, device={x.device})"
-    if hasattr(x, "shape") and hasattr(x, "dtype"):
+    if _plain(x) and hasattr(x, "shape"):
         return f"array(shape={tuple(x.shape)}, dtype={x.dtype})"
-    return f"{type(x).__name__} {x!r}"[:200]
+    if _plain(x) or type(x) is str or x is None:
+        return f"{type(x).__name__} {x!r}"[:200]
+    return f"an object of type {type(x).__qualname__}"  # its repr is the learner's code: not called
 
 
 def assert_finite(x: Any, name: str = "result") -> None:
@@ -96,7 +132,7 @@ def assert_finite(x: Any, name: str = "result") -> None:
 
     if x is None:
         raise GradingError(f"{name}: expected a value, found None (did the function forget to return?)")
-    magnitude = getattr(x, "magnitude", x)  # pint quantity
+    magnitude = x.magnitude if _is_quantity(x) else x
     arr = _to_numpy(magnitude)
     if arr.dtype.kind not in "fciub":
         raise GradingError(f"{name}: expected numbers, found {_describe(magnitude)}")
@@ -156,9 +192,9 @@ def assert_quantity_close(actual: Any, expected: Any, *, rtol: float = 1e-6, nam
     A plain number where a quantity is expected is an error (units are part of the answer),
     as is a wrong dimension (e.g. bits where bytes were asked, or FLOP where FLOP/byte).
     """
-    if not hasattr(expected, "dimensionality"):
+    if not _is_quantity(expected):
         raise TypeError(f"assert_quantity_close: expected must be a pint quantity, got {expected!r}")
-    if not hasattr(actual, "dimensionality"):
+    if not _is_quantity(actual):
         raise GradingError(
             f"{name}: expected a quantity in {expected.units:~P} (e.g. mlsys.Q_(x, '{expected.units}')), "
             f"found {_describe(actual)}"

@@ -69,9 +69,12 @@ def run_in_sandbox(module: str, job: dict[str, Any], scratch: Path, settings: di
     nonce = secrets.token_hex(16)
     argv = [sys.executable, "-P", "-m", module]
     env = None
+    cgroup = None
     if settings.get("mode") == "bwrap":
         limits = sandbox.Limits(**settings.get("limits", {}))
-        argv = sandbox.command(argv, scratch, Path(settings["site"]), limits=limits,
+        cgroup = sandbox.Cgroup.create(limits)  # tasks and memory capped for the whole sandbox (None: a note says why)
+        sandbox.own_scratch(scratch)  # a root grader's student process is an unprivileged user: its folder is its own
+        argv = sandbox.command(argv, scratch, Path(settings["site"]), limits=limits, cgroup=cgroup,
                                gpu=bool(settings.get("gpu")) or settings.get("perf") == "cuda")
     else:
         env = {k: v for k, v in os.environ.items() if not k.startswith("MLSYS_SANDBOX")}
@@ -120,6 +123,8 @@ def run_in_sandbox(module: str, job: dict[str, Any], scratch: Path, settings: di
             ended = "done"
             break
     _kill(proc)  # whatever the sandbox still runs (detached processes included) ends here
+    if cgroup is not None:
+        cgroup.close()
     return results, ended
 
 

@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import audit, sandbox
+from . import audit, sandbox, sanitize
 from .grading import NOT_GRADED
 
 __all__ = ["labs_root", "lab_names", "release", "check_release", "grade", "score_notebook", "Row", "main"]
@@ -464,6 +464,7 @@ def _grade_one(student: str, lab: str, labdir: Path, base: Path, work: Path, roo
     if rc != 0 or not graded.is_file():
         return _finish(_failed(row, _reason(rc, out, timeout + 120)))
     _trim_outputs(graded)
+    sanitize.sanitize_file(graded, source_nb)  # no hidden test, no live markup leaves (issue 26)
     graded_nb = json.loads(graded.read_text(encoding="utf-8"))
     _reset(row)
     score_notebook(source_nb, graded_nb, row)
