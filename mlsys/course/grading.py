@@ -409,9 +409,20 @@ def assert_no_library_calls(fn: Callable[..., Any], forbidden: Iterable[str] = F
     """
     forbidden = frozenset(forbidden)
     seen = _seen if _seen is not None else set()
-    tree, scope, fname = _source_of(fn)
+    from .proxy import RemoteFunction
+
+    if isinstance(fn, RemoteFunction):  # a test cell in the grader process: the function lives in the worker
+        _check_dispatched_ops(fn, forbidden, name or fn.__name__)
+        static = object.__getattribute__(fn, "__dict__").get("static")
+        if static is None:
+            raise GradingError(f"{name or fn.__name__}: expected a function defined with `def {fn.__name__}(...)` in "
+                               "an answer cell; none was found in the notebook")
+        tree, scope = static
+        fname = fn.__name__
+    else:
+        tree, scope, fname = _source_of(fn)
     label = name or fname
-    seen.add(id(getattr(fn, "fn", fn)))
+    seen.add(id(fn if isinstance(fn, RemoteFunction) else getattr(fn, "fn", fn)))
     methods = {p[1:] for p in forbidden if p.startswith(".")}
     forbidden_names = {p.lstrip(".") for p in forbidden} | {p.rsplit(".", 1)[-1] for p in forbidden if "*" not in p}
     to_follow: list[Any] = []
@@ -455,6 +466,52 @@ def assert_no_library_calls(fn: Callable[..., Any], forbidden: Iterable[str] = F
         for inner in to_follow:
             if id(inner) not in seen:
                 assert_no_library_calls(inner, forbidden, label, _depth=_depth - 1, _seen=seen)
+
+
+MATMUL_OPS: frozenset[str] = frozenset({
+    "aten::mm", "aten::bmm", "aten::addmm", "aten::matmul", "aten::baddbmm", "aten::addbmm", "aten::addmv",
+    "aten::mv", "aten::dot", "aten::vdot", "aten::linear", "aten::einsum", "aten::tensordot", "aten::_scaled_mm",
+    "aten::inner", "aten::outer", "aten::addr", "aten::_addmm_activation", "aten::chain_matmul",
+    "aten::*scaled_dot_product*", "aten::*flash_attention*", "aten::*efficient_attention*", "aten::*cudnn_attention*",
+})
+"""Dispatched operations that are a library matmul or attention, however they were reached."""
+
+_ALLOWED_OPS = (
+    "aten::empty*", "aten::zeros*", "aten::ones*", "aten::full*", "aten::arange*", "aten::new_*", "aten::fill_*",
+    "aten::zero_", "aten::copy_", "aten::clone", "aten::contiguous", "aten::view*", "aten::reshape",
+    "aten::_reshape_alias", "aten::as_strided*", "aten::t", "aten::transpose*", "aten::permute", "aten::expand*",
+    "aten::unsqueeze*", "aten::squeeze*", "aten::select*", "aten::slice*", "aten::detach*", "aten::alias",
+    "aten::_to_copy", "aten::to", "aten::lift_fresh*", "aten::resize_", "aten::set_", "aten::_local_scalar_dense",
+    "aten::item", "aten::is_nonzero", "aten::unbind*", "aten::split*", "aten::chunk", "aten::narrow*",
+    "aten::stride", "aten::size", "aten::numel", "aten::dim", "aten::is_contiguous", "aten::equal",
+    "aten::_unsafe_view", "aten::flatten*", "aten::unflatten",
+)
+"""Operations a hand-written kernel's launcher may dispatch: allocation, views, copies, scalars."""
+
+
+def forbidden_ops(forbidden: Iterable[str]) -> tuple[frozenset[str], bool]:
+    """The dispatched-op patterns that ``forbidden`` (source-level names) implies, and whether every
+    compute op is forbidden (``torch.*``). ``c10d::*`` (a collective through any route, a process
+    group's method included) is forbidden with ``torch.distributed.*`` or ``torch.*``."""
+    forbidden = frozenset(forbidden)
+    pats: set[str] = set()
+    if forbidden & {"@", "torch.matmul", "torch.mm"} or any(p.startswith("torch.nn.functional") for p in forbidden):
+        pats |= MATMUL_OPS
+    if any(p in forbidden for p in ("torch.distributed.*", "torch.*")):
+        pats.add("c10d::*")
+    return frozenset(pats), "torch.*" in forbidden
+
+
+def _check_dispatched_ops(fn: Any, forbidden: Iterable[str], label: str) -> None:
+    """Refuse a library routine seen in the operations ``fn``'s calls dispatched (recorded by the worker)."""
+    pats, every = forbidden_ops(forbidden)
+    for op in sorted(fn.ops):
+        bad = any(fnmatch.fnmatchcase(op, p) for p in pats)
+        if every and op.startswith("aten::") and not any(fnmatch.fnmatchcase(op, p) for p in _ALLOWED_OPS):
+            bad = True
+        if bad:
+            raise GradingError(f"{label}: this exercise asks you to implement the computation yourself, but running "
+                               f"it dispatched the library operation {op}; write it without library routines")
 
 
 # ----------------------------------------------------------------------------------------------
