@@ -109,7 +109,7 @@ def _to_numpy(x: Any):
         raise GradingError(f"expected a torch.Tensor, found an object of type {type(x).__module__}.{type(x).__qualname__} "
                            "(results must be real tensors, not subclasses or look-alikes)")
     if not _plain(x):
-        raise GradingError(f"expected a number, a numpy array or a torch.Tensor, found {type(x).__name__}")
+        raise GradingError(f"expected a number, a numpy array or a torch.Tensor, found {_describe(x)}")
     try:
         return np.asarray(x)
     except Exception as exc:  # e.g. a ragged list
@@ -123,6 +123,10 @@ def _describe(x: Any) -> str:
         return f"array(shape={tuple(x.shape)}, dtype={x.dtype})"
     if _plain(x) or type(x) is str or x is None:
         return f"{type(x).__name__} {x!r}"[:200]
+    from .proxy import Rejected, RemoteObject
+
+    if isinstance(x, (RemoteObject, Rejected)):  # the grader's own stand-ins: their repr is safe
+        return repr(x)
     return f"an object of type {type(x).__qualname__}"  # its repr is the learner's code: not called
 
 
@@ -434,6 +438,8 @@ def assert_no_library_calls(fn: Callable[..., Any], forbidden: Iterable[str] = F
         )
 
     for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in ("__dict__", "__getattribute__", "__globals__"):
+            fail(f".{node.attr} to look up a function", node)
         if isinstance(node, (ast.BinOp, ast.AugAssign)) and isinstance(node.op, ast.MatMult) and "@" in forbidden:
             fail("the @ operator", node)
         if not isinstance(node, ast.Call):
@@ -443,6 +449,8 @@ def assert_no_library_calls(fn: Callable[..., Any], forbidden: Iterable[str] = F
             func = func.value
         if isinstance(func, ast.Name) and func.id in ("eval", "exec", "__import__", "compile"):
             fail(f"{func.id}()", node)
+        if isinstance(func, ast.Name) and func.id in ("vars", "globals", "locals"):
+            fail(f"{func.id}() to look up a function", node)
         if isinstance(func, ast.Name) and func.id == "getattr" and len(node.args) >= 2:
             arg = node.args[1]
             if not isinstance(arg, ast.Constant) or str(arg.value) in forbidden_names:
