@@ -58,6 +58,7 @@ def _probe(tmp_path: Path, site: Path, **kw) -> dict:
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     (scratch / "probe.py").write_text(PROBE)
+    sandbox.own_scratch(scratch)
     cmd = sandbox.command([sys.executable, "-P", "probe.py", str(secret)], scratch, site, **kw)
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -79,7 +80,7 @@ def test_student_code_sees_only_its_scratch_folder(tmp_path, site):
     # mlsys is the installed copy, not the repository; the repository's labs folder does not exist
     assert seen["mlsys_file"][1] == "/sandbox/site/mlsys/__init__.py", seen["mlsys_file"]
     assert seen["repo_labs"][0] == "FileNotFoundError", seen["repo_labs"]
-    assert seen["uid"][1] == "1000"  # not root inside
+    assert seen["uid"][1] == str(sandbox.SANDBOX_UID)  # not root inside
     assert int(seen["pid"][1]) < 10  # its own process-id namespace: nothing outside is visible or killable
 
 
@@ -87,6 +88,7 @@ def test_memory_cap_stops_a_large_allocation(tmp_path, site):
     _bwrap_or_skip()
     scratch = tmp_path / "s"
     scratch.mkdir()
+    sandbox.own_scratch(scratch)
     code = "try:\n    b = bytearray(3 * 2**30)\n    print('allocated')\nexcept MemoryError:\n    print('MemoryError')\n"
     cmd = sandbox.command([sys.executable, "-c", code], scratch, site, limits=sandbox.Limits(memory_bytes=2**30))
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
@@ -98,6 +100,7 @@ def test_processes_end_with_the_sandbox(tmp_path, site):
     _bwrap_or_skip()
     scratch = tmp_path / "s"
     scratch.mkdir()
+    sandbox.own_scratch(scratch)
     code = ("import subprocess\nsubprocess.Popen(['sleep', '31339'], start_new_session=True, "
             "stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\nprint('started')\n")
     proc = subprocess.run(sandbox.command([sys.executable, "-c", code], scratch, site), capture_output=True,
@@ -114,6 +117,74 @@ def test_processes_end_with_the_sandbox(tmp_path, site):
         except OSError:
             continue
     assert not alive, f"processes outlived the sandbox: {alive}"
+
+
+ROOT_PROBE = r'''
+import json, os
+out = {"ids": [os.getuid(), os.geteuid(), os.getgid(), os.getegid(), sorted(os.getgroups())]}
+for path in ("/etc/shadow", "/etc/gshadow", "root_only.txt"):
+    try:
+        out[path] = open(path).read()[:20]
+    except OSError as exc:
+        out[path] = type(exc).__name__
+out["etc"] = sorted(os.listdir("/etc"))
+out["caps"] = [l.split()[1] for l in open("/proc/self/status") if l.startswith(("CapEff", "CapPrm", "CapBnd"))]
+print(json.dumps(out))
+'''
+
+
+def test_a_root_grader_runs_student_code_unprivileged(tmp_path, site):
+    """Started by a root grader, the sandbox runs as an unprivileged uid with no capabilities: root-only files
+    (/etc/shadow, a 0600 root file in its own folder) are unreadable, and /etc holds only what Python needs."""
+    _bwrap_or_skip()
+    import os
+
+    if os.geteuid() != 0:
+        pytest.skip("the grader is not root here: the user-namespace path is tested by the other tests")
+    scratch = tmp_path / "s"
+    scratch.mkdir()
+    sandbox.own_scratch(scratch)
+    secret = scratch / "root_only.txt"
+    secret.write_text("root's secret")
+    os.chown(secret, 0, 0)
+    secret.chmod(0o600)
+    proc = subprocess.run(sandbox.command([sys.executable, "-c", ROOT_PROBE], scratch, site), capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    uid = sandbox.SANDBOX_UID
+    assert seen["ids"] == [uid, uid, uid, uid, [uid]] or seen["ids"] == [uid, uid, uid, uid, []], seen["ids"]
+    assert seen["/etc/shadow"] in ("FileNotFoundError", "PermissionError"), seen["/etc/shadow"]
+    assert seen["/etc/gshadow"] in ("FileNotFoundError", "PermissionError"), seen["/etc/gshadow"]
+    assert seen["root_only.txt"] == "PermissionError", seen["root_only.txt"]
+    assert seen["caps"] == ["0000000000000000"] * 3, seen["caps"]
+    assert "shadow" not in seen["etc"] and "sudoers" not in seen["etc"] and "passwd" in seen["etc"], seen["etc"]
+    # even if /etc/shadow were bound in, the uid could not read it: it is not root outside either
+    assert Path("/etc/shadow").exists()
+
+
+def test_tasks_are_capped_per_sandbox_by_a_cgroup(tmp_path, site):
+    """A cgroup per sandbox caps its processes together (not per process, not per user id)."""
+    _bwrap_or_skip()
+    limits = sandbox.Limits(processes=40)
+    cgroup = sandbox.Cgroup.create(limits)
+    if cgroup is None:
+        pytest.skip(f"no cgroup can be made here: {sandbox.cgroup_note()}")
+    scratch = tmp_path / "s"
+    scratch.mkdir()
+    sandbox.own_scratch(scratch)
+    code = ("import subprocess\nstarted = 0\nprocs = []\nfor _ in range(120):\n    try:\n"
+            "        procs.append(subprocess.Popen(['sleep', '30']))\n        started += 1\n"
+            "    except OSError:\n        break\nprint(started)\nfor p in procs:\n    p.kill()\n")
+    try:
+        proc = subprocess.run(sandbox.command([sys.executable, "-c", code], scratch, site, limits=limits, cgroup=cgroup),
+                              capture_output=True, text=True, timeout=120)
+    finally:
+        cgroup.close()
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    started = int(proc.stdout.strip().splitlines()[-1])
+    assert 0 < started < 40, f"expected the cgroup to stop the sandbox below 40 tasks, it started {started}"
+    assert not any(p.exists() for p in cgroup.paths), "the cgroup was not removed"
 
 
 def test_site_is_an_install_of_the_package_only(site):

@@ -1,25 +1,33 @@
-"""A static audit of answer cells: constructs a solution has no reason to use, flagged for the teacher.
+"""A static audit of answer cells, written as an allowlist: what a solution needs passes, the rest is flagged.
 
 :func:`audit_source` parses one cell (IPython magics and shell escapes are flagged, then blanked) and
-returns :class:`Flag` records; :func:`audit_notebook` runs it over every code cell that is not an
-autograded test cell. Flags never change a score by themselves: ``make grade`` writes them into the
-``flags`` column of grades.csv and onto the feedback page, so a person looks at the submission.
+an :class:`Auditor` (an ``ast.NodeVisitor``) walks it, returning :class:`Flag` records;
+:func:`audit_notebook` runs it over every code cell that is not an autograded test cell and differs
+from the released notebook. Flags never change a score by themselves: ``make grade`` writes them into
+the ``flags`` column of grades.csv and onto the feedback page, so a person looks at the submission.
+The audit reads source; it is the teacher's early warning, not the defence (test cells run in the
+grader process, performance in the trusted process).
 
-What is flagged (the ``kind`` of a flag):
+What passes (:data:`ALLOWED_MODULES`): imports of the lab's own tools, ``torch``, ``triton``,
+``numpy``, ``math``, the course package ``mlsys`` and a few pure helpers of the standard library, and
+plain code over them. Everything else is flagged, by kind:
 
-* ``file``: ``open``/``Path`` reads or writes of absolute paths or paths going up (``..``), ``os.walk``,
-  ``glob`` over such paths, ``shutil`` file operations, ``os.remove``/``rename``/``chmod``;
-* ``process``: ``subprocess``, ``os.system``/``popen``/``exec*``/``spawn*``/``fork``/``kill``,
-  ``multiprocessing``, ``threading``, ``signal``, ``atexit``, ``pty``, shell escapes (``!cmd``, ``%%bash``);
-* ``native``: ``ctypes``, ``cffi``, ``mmap``;
-* ``patching``: assignment to an attribute of ``torch``, ``triton``, ``numpy``, ``mlsys``, ``builtins``,
-  ``time``, ``sys`` or of any name imported from them (e.g. ``torch.matmul = ...``,
-  ``Tensor.copy_ = ...``), ``setattr`` on them, ``torch.library`` registrations, ``sys.modules`` edits;
-* ``introspection``: ``importlib`` tricks, ``linecache``, ``gc``, ``inspect`` frame walking,
-  ``sys._getframe``, ``sys.settrace``/``setprofile``, ``get_ipython`` hooks, torch dispatch or function
-  modes and private ``torch._C`` calls (code that can tell whether it is being checked);
-* ``network``: ``socket``, ``urllib``, ``requests``, ``http``;
-* ``dynamic``: ``eval``/``exec``/``compile``/``__import__``; ``syntax``: a cell that does not parse.
+* ``import``: any other module (``os``, ``IPython``, ``pickle``...; known dangerous ones get the kind
+  below instead), and private or meta parts of allowed ones (``torch.library``, ``torch._C``,
+  ``torch.utils._python_dispatch``, ``torch.overrides``, ``mlsys.course`` internals);
+* ``dynamic``: ``eval``/``exec``/``compile``/``__import__``, and dynamic attribute access to a
+  module or library object: ``vars(m)``, ``getattr(m, ...)``, ``m.__dict__``, ``__getattribute__``;
+* ``introspection``: ``get_ipython`` in any spelling (the bare name, an attribute, a string), frame
+  and tracing hooks, ``globals()``, dispatch or function modes, private ``torch._C`` calls;
+* ``patching``: assignment to an attribute of a library module or a name imported from one
+  (``torch.matmul = ...``, ``Tensor.copy_ = ...``), ``setattr``/``delattr``, ``sys.modules`` edits;
+* ``imitation``: a class that subclasses a library type (``torch.Tensor``, ``numpy.ndarray``, a
+  number type, a course class) or claims another identity (``__module__``, ``__class__``,
+  ``__torch_function__``, ``__torch_dispatch__``, ``__array__``, ``__instancecheck__``...);
+* ``concurrency``: threads, thread pools, ``asyncio`` and CUDA streams created in an answer cell
+  (work left running when a function returns, or outside the timed stream);
+* ``process``, ``native``, ``network``, ``file``: subprocesses and signals, ``ctypes``, sockets,
+  reads and writes outside the working folder; ``syntax``: a cell that does not parse.
 """
 
 from __future__ import annotations
@@ -31,37 +39,69 @@ from typing import Any
 
 from ..runtime.notebook import is_autograded
 
-__all__ = ["Flag", "audit_source", "audit_notebook", "format_flags"]
+__all__ = ["Flag", "Auditor", "ALLOWED_MODULES", "audit_source", "audit_notebook", "format_flags"]
 
-WATCHED_MODULES = ("torch", "triton", "numpy", "mlsys", "builtins", "time", "sys", "math", "os")
+ALLOWED_MODULES: frozenset[str] = frozenset({
+    "torch", "triton", "numpy", "math", "mlsys", "matplotlib", "__future__", "dataclasses", "functools",
+    "itertools", "typing", "collections", "contextlib", "random", "statistics", "operator", "enum", "fractions",
+    "string", "textwrap", "warnings",
+})
+"""Top-level modules an answer cell may import without a flag."""
+
+_PRIVATE_PARTS = {
+    "torch.library": "patching", "torch._C": "introspection", "torch.utils._python_dispatch": "introspection",
+    "torch.overrides": "introspection", "torch._dynamo": "introspection", "torch.testing._internal": "introspection",
+    "torch._ops": "introspection", "torch._subclasses": "imitation", "mlsys.course.trusted": "introspection",
+    "mlsys.course.cellrunner": "introspection", "mlsys.course.testcells": "introspection",
+    "mlsys.course.proxy": "introspection", "mlsys.course.worker": "introspection",
+    "mlsys.course.sandbox": "introspection", "mlsys.course.teach": "introspection",
+    "torch.cuda.streams": "concurrency", "triton.runtime.driver": "introspection",
+}
 _MODULE_KIND = {
-    "subprocess": "process", "multiprocessing": "process", "threading": "process", "signal": "process",
-    "atexit": "process", "pty": "process", "concurrent": "process", "ctypes": "native", "cffi": "native",
-    "mmap": "native", "_ctypes": "native", "socket": "network", "urllib": "network", "requests": "network",
-    "http": "network", "ftplib": "network", "smtplib": "network", "ssl": "network", "importlib": "introspection",
-    "linecache": "introspection", "gc": "introspection", "inspect": "introspection", "shutil": "file",
-    "glob": "file", "tempfile": "file", "sqlite3": "file", "pickle": "file", "dill": "file",
-    "torch.library": "patching", "torch.utils._python_dispatch": "introspection", "torch.overrides": "introspection",
-    "torch.profiler": "introspection", "code": "introspection", "codeop": "introspection",
+    "subprocess": "process", "multiprocessing": "process", "signal": "process", "atexit": "process", "pty": "process",
+    "os": "process", "sys": "introspection", "threading": "concurrency", "_thread": "concurrency",
+    "concurrent": "concurrency", "asyncio": "concurrency", "ctypes": "native", "cffi": "native", "mmap": "native",
+    "_ctypes": "native", "socket": "network", "urllib": "network", "requests": "network", "http": "network",
+    "ftplib": "network", "smtplib": "network", "ssl": "network", "importlib": "introspection",
+    "linecache": "introspection", "gc": "introspection", "inspect": "introspection", "IPython": "introspection",
+    "ipykernel": "introspection", "traitlets": "introspection", "code": "introspection", "codeop": "introspection",
+    "builtins": "patching", "shutil": "file", "glob": "file", "tempfile": "file", "pathlib": "file",
+    "sqlite3": "file", "pickle": "file", "dill": "file", "io": "file",
 }
 _CALL_KIND = {
-    "os.system": "process", "os.popen": "process", "os.fork": "process", "os.kill": "process", "os.killpg": "process",
-    "os.setsid": "process", "os.daemon": "process", "os.posix_spawn": "process", "os._exit": "process",
+    "eval": "dynamic", "exec": "dynamic", "compile": "dynamic", "__import__": "dynamic", "globals": "introspection",
+    "locals": "introspection", "breakpoint": "introspection", "setattr": "patching", "delattr": "patching",
+    "os.system": "process", "os.popen": "process", "os.fork": "process", "os.kill": "process",
+    "os.killpg": "process", "os.setsid": "process", "os.posix_spawn": "process", "os._exit": "process",
     "os.remove": "file", "os.unlink": "file", "os.rename": "file", "os.replace": "file", "os.chmod": "file",
     "os.walk": "file", "os.listdir": "file", "os.scandir": "file", "os.symlink": "file", "os.link": "file",
     "os.chdir": "file", "sys._getframe": "introspection", "sys.settrace": "introspection",
-    "sys.setprofile": "introspection", "sys.addaudithook": "introspection", "setattr": "patching",
-    "delattr": "patching", "eval": "dynamic", "exec": "dynamic", "compile": "dynamic", "__import__": "dynamic",
-    "globals": "introspection", "get_ipython": "introspection", "breakpoint": "introspection",
+    "sys.setprofile": "introspection", "sys.addaudithook": "introspection",
 }
+_STREAMS = ("torch.cuda.Stream", "torch.cuda.stream", "torch.cuda.set_stream", "torch.cuda.ExternalStream",
+            "torch.Stream", "torch.cuda.graphs", "torch.cuda.CUDAGraph", "torch.cuda.graph")
 _SUSPECT_ATTRS = {
     "_len_torch_dispatch_stack": "introspection", "_get_current_dispatch_mode": "introspection",
     "_is_torch_function_mode_enabled": "introspection", "f_back": "introspection", "f_globals": "introspection",
-    "f_locals": "introspection", "gi_frame": "introspection", "tb_frame": "introspection",
+    "f_locals": "introspection", "gi_frame": "introspection", "tb_frame": "introspection", "f_code": "introspection",
     "__subclasses__": "introspection", "__globals__": "introspection", "__code__": "patching",
-    "set_custom_exc": "introspection", "input_transformers_post": "introspection", "register_magic_function":
-    "introspection",
+    "__closure__": "introspection", "__builtins__": "patching", "__dict__": "dynamic",
+    "__getattribute__": "dynamic", "set_custom_exc": "introspection", "input_transformers_post": "introspection",
+    "input_transformers_cleanup": "introspection", "ast_transformers": "introspection", "events": None,
+    "register_magic_function": "introspection", "display_formatter": "introspection", "excepthook": "patching",
+    "showtraceback": "patching", "run_cell": "patching", "user_ns": "introspection", "InteractiveShell": "introspection",
 }
+_IMITATION_DUNDERS = {
+    "__module__", "__class__", "__qualname__", "__torch_function__", "__torch_dispatch__", "__array__",
+    "__array_ufunc__", "__array_function__", "__array_interface__", "__instancecheck__", "__subclasscheck__",
+    "__cuda_array_interface__", "__dlpack__",
+}
+_IMITATED_BASES = ("torch.", "numpy.", "pint.", "mlsys.", "triton.")
+_NUMBER_BASES = {"float", "int", "complex", "bool", "str", "list", "tuple", "dict"}
+_LEGIT_BASES = {"torch.nn.Module", "torch.autograd.Function", "torch.nn.modules.module.Module"}
+_GET_IPYTHON = re.compile(r"get_?ipython|getipython|InteractiveShell", re.I)
+_IPYTHON_TEXT = re.compile(r"get_?ipython|getipython|InteractiveShell|ipython|ipykernel", re.I)
+_MAGIC = re.compile(r"^\s*(%%?|!)(.*)$")
 
 
 @dataclass(frozen=True)
@@ -98,7 +138,7 @@ def _suspect_path(node: ast.AST) -> bool:
     for sub in ast.walk(node):
         if isinstance(sub, ast.Constant) and isinstance(sub.value, str):
             v = sub.value
-            if v.startswith(("/", "~")) or ".." in v.replace("\\", "/").split("/") or v.startswith("../"):
+            if v.startswith(("/", "~")) or ".." in v.replace("\\", "/").split("/"):
                 return True
         if isinstance(sub, ast.Attribute) and sub.attr in ("__file__", "home", "parent", "parents", "root"):
             return True
@@ -107,15 +147,212 @@ def _suspect_path(node: ast.AST) -> bool:
     return False
 
 
-_MAGIC = re.compile(r"^\s*(%%?|!)(.*)$")
+def _module_kind(mod: str) -> str | None:
+    """The flag kind of importing ``mod``: None when the allowlist admits it."""
+    for key in sorted(_PRIVATE_PARTS, key=len, reverse=True):
+        if mod == key or mod.startswith(key + "."):
+            return _PRIVATE_PARTS[key]
+    top = mod.split(".")[0]
+    if top in ALLOWED_MODULES:
+        return None
+    for key in sorted(_MODULE_KIND, key=len, reverse=True):
+        if mod == key or mod.startswith(key + "."):
+            return _MODULE_KIND[key]
+    return "import"
+
+
+class Auditor(ast.NodeVisitor):
+    """Walks one cell's syntax tree and collects :class:`Flag` records (see the module doc)."""
+
+    def __init__(self, cell: int = 0) -> None:
+        self.cell = cell
+        self.flags: list[Flag] = []
+        self.aliases: dict[str, str] = {}  # local name -> dotted origin (a module or an object in one)
+
+    # -- helpers
+    def flag(self, node: ast.AST, kind: str, what: str) -> None:
+        self.flags.append(Flag(self.cell, getattr(node, "lineno", 0), kind, what))
+
+    def origin(self, name: str | None) -> str | None:
+        if not name:
+            return None
+        head, _, rest = name.partition(".")
+        base = self.aliases.get(head, head)
+        return f"{base}.{rest}" if rest else base
+
+    def is_library(self, node: ast.AST) -> bool:
+        """``node`` names a module or an object imported from one (``torch``, ``F``, ``np.linalg``...)."""
+        full = self.origin(_dotted(node)) or ""
+        head = full.split(".")[0]
+        return (full.split(".")[0] in self.aliases.values() or head in ALLOWED_MODULES or head in _MODULE_KIND
+                or (isinstance(node, ast.Name) and node.id in self.aliases))
+
+    def run(self, tree: ast.AST) -> list[Flag]:
+        for node in ast.walk(tree):  # aliases first: a later import still names what an earlier line used
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    self.aliases[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                for a in node.names:
+                    self.aliases[a.asname or a.name] = f"{node.module}.{a.name}"
+        self.visit(tree)
+        return self.flags
+
+    # -- visitors
+    def visit_Import(self, node: ast.Import) -> None:
+        for a in node.names:
+            kind = _module_kind(a.name)
+            if kind:
+                self.flag(node, kind, f"import {a.name}")
+        self.generic_visit(node)
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        mod = node.module or ""
+        if node.level:
+            self.flag(node, "import", f"relative import from {'.' * node.level}{mod}")
+        kind = _module_kind(mod) if mod else None
+        if kind:
+            self.flag(node, kind, f"import {mod}")
+        for a in node.names:
+            sub = _module_kind(f"{mod}.{a.name}") if not kind else None
+            if sub:
+                self.flag(node, sub, f"import {mod}.{a.name}")
+            if _GET_IPYTHON.search(a.name):
+                self.flag(node, "introspection", f"get_ipython (as {mod}.{a.name})")
+        self.generic_visit(node)
+
+    def _assigned(self, node: ast.AST, targets: list[ast.AST]) -> None:
+        for t in targets:
+            for sub in ast.walk(t):
+                if isinstance(sub, ast.Attribute):
+                    full = self.origin(_dotted(sub))
+                    head = (full or "").split(".")[0]
+                    if full and (head in ALLOWED_MODULES or head in _MODULE_KIND or full.startswith("__builtins__")):
+                        self.flag(node, "patching", f"assignment to {full}")
+                elif isinstance(sub, ast.Subscript):
+                    full = self.origin(_dotted(sub.value))
+                    if full in ("sys.modules", "__builtins__", "builtins.__dict__", "globals()") or (
+                            full and full.endswith(".__dict__")):
+                        self.flag(node, "patching", f"item assignment in {full}")
+
+    def visit_Assign(self, node: ast.Assign) -> None:
+        self._assigned(node, node.targets)
+        self.generic_visit(node)
+
+    def visit_AugAssign(self, node: ast.AugAssign) -> None:
+        self._assigned(node, [node.target])
+        self.generic_visit(node)
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
+        self._assigned(node, [node.target])
+        self.generic_visit(node)
+
+    def visit_Delete(self, node: ast.Delete) -> None:
+        self._assigned(node, node.targets)
+        self.generic_visit(node)
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        for base in node.bases:
+            full = self.origin(_dotted(base)) or ""
+            if full in _LEGIT_BASES:
+                continue
+            if full.startswith(_IMITATED_BASES) or full in _NUMBER_BASES:
+                self.flag(node, "imitation", f"class {node.name} subclasses {full}")
+        for kw in node.keywords:
+            if kw.arg == "metaclass":
+                self.flag(node, "imitation", f"class {node.name} has a metaclass")
+        for stmt in node.body:
+            names = []
+            if isinstance(stmt, (ast.Assign, ast.AnnAssign)):
+                targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+                names = [t.id for t in targets if isinstance(t, ast.Name)]
+            elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                names = [stmt.name]
+            for n in names:
+                if n in _IMITATION_DUNDERS:
+                    self.flag(stmt, "imitation", f"class {node.name} defines {n}")
+        self.generic_visit(node)
+
+    def visit_Call(self, node: ast.Call) -> None:
+        name = self.origin(_dotted(node.func))
+        if name is not None:
+            short = name.rsplit(".", 1)[-1]
+            kind = _CALL_KIND.get(name) or (_CALL_KIND.get(short) if name.startswith("builtins.") else None)
+            if name.startswith(("os.exec", "os.spawn")):
+                kind = "process"
+            if name.startswith("torch.library."):
+                kind = "patching"
+            elif name.startswith(("torch.utils._python_dispatch.", "torch.overrides.", "torch._C._")):
+                kind = kind or "introspection"
+            if name.startswith(_STREAMS):
+                self.flag(node, "concurrency", f"{name}() (a CUDA stream)")
+            elif name.startswith(("threading.", "concurrent.", "_thread.", "asyncio.")) or name in (
+                    "multiprocessing.Process", "multiprocessing.Pool"):
+                self.flag(node, "concurrency", f"{name}() (a thread or task)")
+            if short in ("vars", "getattr", "hasattr") and name == short and node.args:
+                target = node.args[0]
+                if short == "vars" or self.is_library(target) or (
+                        short == "getattr" and len(node.args) > 1 and not isinstance(node.args[1], ast.Constant)):
+                    self.flag(node, "dynamic", f"{short}({_dotted(target) or '...'}, ...) on a module or object")
+            if kind:
+                if short in ("setattr", "delattr") and node.args and not self.is_library(node.args[0]):
+                    kind = None
+                if kind:
+                    self.flag(node, kind, f"{name}()")
+            elif short in ("open", "read_text", "read_bytes", "write_text", "write_bytes", "Path", "glob", "rglob",
+                           "iterdir", "listdir", "load") and _suspect_path(node):
+                self.flag(node, "file", f"{name}() outside the working folder")
+            elif name.startswith("sys.modules") and short in ("pop", "update", "clear", "setdefault", "__setitem__"):
+                self.flag(node, "patching", f"{name}()")
+        self.generic_visit(node)
+
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        full = self.origin(_dotted(node)) or ""
+        kind = _SUSPECT_ATTRS.get(node.attr)
+        if _GET_IPYTHON.search(node.attr):
+            self.flag(node, "introspection", f"get_ipython ({full or node.attr})")
+        elif kind and (node.attr != "__dict__" or self.is_library(node.value)):
+            self.flag(node, kind, f"uses {full or node.attr}")
+        elif full.startswith("torch._C.") and not full.startswith("torch._C._nn"):
+            self.flag(node, "introspection", f"private {full}")
+        elif node.attr == "events" and "ipython" in full.lower():
+            self.flag(node, "introspection", f"uses {full}")
+        self.generic_visit(node)
+
+    def visit_Name(self, node: ast.Name) -> None:
+        if _GET_IPYTHON.search(node.id) or node.id in ("__builtins__", "__loader__", "__spec__"):
+            self.flag(node, "introspection", f"get_ipython ({node.id})" if _GET_IPYTHON.search(node.id) else node.id)
+        self.generic_visit(node)
+
+    def visit_Constant(self, node: ast.Constant) -> None:
+        if isinstance(node.value, str) and len(node.value) < 200 and _IPYTHON_TEXT.search(node.value):
+            self.flag(node, "introspection", f"get_ipython (in the string {node.value[:40]!r})")
+
+    def visit_BinOp(self, node: ast.BinOp) -> None:
+        text = _folded(node)  # 'get_' + 'ipython': the pieces of a name spelled apart
+        if text is not None and _IPYTHON_TEXT.search(text):
+            self.flag(node, "introspection", f"get_ipython (in the string {text[:40]!r})")
+        self.generic_visit(node)
+
+
+def _folded(node: ast.AST) -> str | None:
+    """A string built from constants with ``+`` (and f-strings of constants), else None."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left, right = _folded(node.left), _folded(node.right)
+        return left + right if left is not None and right is not None else None
+    if isinstance(node, ast.JoinedStr):
+        parts = [_folded(v) for v in node.values]
+        return "".join(parts) if all(p is not None for p in parts) else None
+    return None
 
 
 def audit_source(source: str, cell: int = 0) -> list[Flag]:
     """Flags for one cell's source (IPython syntax allowed)."""
     flags: list[Flag] = []
-    lines = source.splitlines()
     py_lines = []
-    for i, line in enumerate(lines, 1):
+    for i, line in enumerate(source.splitlines(), 1):
         m = _MAGIC.match(line)
         if m and not line.lstrip().startswith("%matplotlib"):
             word = m.group(2).split()[0] if m.group(2).split() else ""
@@ -129,86 +366,7 @@ def audit_source(source: str, cell: int = 0) -> list[Flag]:
         tree = ast.parse("\n".join(py_lines))
     except SyntaxError as exc:
         return flags + [Flag(cell, exc.lineno or 0, "syntax", f"does not parse: {exc.msg}")]
-    aliases: dict[str, str] = {}  # local name -> module or dotted origin
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            for a in node.names:
-                aliases[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            for a in node.names:
-                aliases[a.asname or a.name] = f"{node.module}.{a.name}"
-
-    def origin(name: str | None) -> str | None:
-        if not name:
-            return None
-        head, _, rest = name.partition(".")
-        base = aliases.get(head, head)
-        return f"{base}.{rest}" if rest else base
-
-    def module_kind(mod: str) -> str | None:
-        for key in sorted(_MODULE_KIND, key=len, reverse=True):
-            if mod == key or mod.startswith(key + "."):
-                return _MODULE_KIND[key]
-        return None
-
-    for node in ast.walk(tree):
-        line = getattr(node, "lineno", 0)
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            mods = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
-            if isinstance(node, ast.ImportFrom) and node.module:
-                mods += [f"{node.module}.{a.name}" for a in node.names]
-            for mod in mods:
-                kind = module_kind(mod)
-                if kind:
-                    flags.append(Flag(cell, line, kind, f"import {mod}"))
-                    break
-        elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
-            targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
-            for t in targets:
-                for sub in ast.walk(t):
-                    if isinstance(sub, ast.Attribute):
-                        full = origin(_dotted(sub))
-                        if full and full.split(".")[0] in WATCHED_MODULES:
-                            flags.append(Flag(cell, line, "patching", f"assignment to {full}"))
-                        elif full and full.startswith("__builtins__"):
-                            flags.append(Flag(cell, line, "patching", f"assignment to {full}"))
-                    if isinstance(sub, ast.Subscript):
-                        full = origin(_dotted(sub.value))
-                        if full in ("sys.modules", "__builtins__", "builtins.__dict__", "globals()"):
-                            flags.append(Flag(cell, line, "patching", f"item assignment in {full}"))
-        elif isinstance(node, ast.Call):
-            name = origin(_dotted(node.func))
-            if name is None:
-                continue
-            short = name.rsplit(".", 1)[-1]
-            kind = _CALL_KIND.get(name)
-            if name.startswith("builtins.") and short in _CALL_KIND:
-                kind = _CALL_KIND[short]
-            if name.startswith(("os.exec", "os.spawn")):
-                kind = "process"
-            if name.startswith("torch.library."):
-                kind = "patching"
-            elif name.startswith(("torch.utils._python_dispatch.", "torch.overrides.", "torch._C._")):
-                kind = kind or "introspection"
-            if kind:
-                if short in ("setattr", "delattr") and node.args:
-                    target = origin(_dotted(node.args[0])) or ""
-                    if target.split(".")[0] not in WATCHED_MODULES and target not in ("__builtins__",):
-                        continue
-                flags.append(Flag(cell, line, kind, f"{name}()"))
-            elif short in ("open", "read_text", "read_bytes", "write_text", "write_bytes", "Path", "glob", "rglob",
-                           "iterdir", "listdir", "load") and _suspect_path(node):
-                flags.append(Flag(cell, line, "file", f"{name}() outside the working folder"))
-            elif name.startswith("sys.modules") and short in ("pop", "update", "clear", "setdefault", "__setitem__"):
-                flags.append(Flag(cell, line, "patching", f"{name}()"))
-        elif isinstance(node, ast.Attribute):
-            kind = _SUSPECT_ATTRS.get(node.attr)
-            full = origin(_dotted(node)) or ""
-            if kind:
-                flags.append(Flag(cell, line, kind, f"uses {full or node.attr}"))
-            elif full.startswith("torch._C.") and not full.startswith("torch._C._nn"):
-                flags.append(Flag(cell, line, "introspection", f"private {full}"))
-    return _dedupe(flags)
+    return _dedupe(flags + Auditor(cell).run(tree))
 
 
 def _dedupe(flags: list[Flag]) -> list[Flag]:

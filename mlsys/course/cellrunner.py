@@ -63,6 +63,7 @@ def main() -> int:
     nb = nbformat.read(job["notebook"], as_version=4)
     os.remove(job["notebook"])  # the restored hidden tests are not left on disk for the answer cells to read
     skip = set(job.get("skip", []))
+    in_grader = {int(i) for i in job.get("grader_cells", [])}  # test cells run here, not in the learner's kernel
     client = NotebookClient(
         nb, timeout=job.get("timeout", 600), startup_timeout=job.get("startup_timeout", 120),
         interrupt_on_timeout=job.get("interrupt_on_timeout", True), allow_errors=True, kernel_name="python3",
@@ -84,6 +85,11 @@ def main() -> int:
     client.on_cell_executed = on_executed
     died: int | None = None
     limit = float(job.get("timeout") or 600)
+    rpc = course = None
+    if in_grader:
+        from . import testcells
+
+        course, rpc = _grader(nb, job, client, nbformat, in_grader)
     try:
         with client.setup_kernel():
             for index, cell in enumerate(nb.cells):
@@ -92,6 +98,12 @@ def main() -> int:
                 if died is not None:
                     emit({"index": index, "outputs": [error_output("KernelDied", NOT_RUN.format(where=f"cell {died}"))],
                           "execution_count": None})
+                    continue
+                if index in in_grader:
+                    cell.outputs = [nbformat.from_dict(o) for o in testcells.run_test_cell(cell.source, course, rpc)]
+                    if any(o.get("ename") == "DeadKernelError" for o in cell.outputs):
+                        died = index
+                    emit({"index": index, "outputs": cell.outputs, "execution_count": None, "status": "ok"})
                     continue
                 started = time.monotonic()
                 try:
@@ -113,6 +125,28 @@ def main() -> int:
         emit({"fatal": f"{type(exc).__name__}: {str(exc)[:500]}"})
     emit({"done": True, "kernel_died": died})
     return 0
+
+
+def _grader(nb: Any, job: dict[str, Any], client: Any, nbformat: Any, in_grader: set[int]) -> tuple[dict[str, Any], Any]:
+    """The grader's side of the test cells: the course's imports (from the instructor notebook, sent by
+    the grading process), executed here, and a channel to the kernel that knows where each of the
+    learner's functions is defined in the notebook as submitted (see :mod:`mlsys.course.testcells`)."""
+    import ast
+
+    from . import grading, testcells
+
+    course: dict[str, Any] = {"__name__": "__grader__"}
+    for line in str(job.get("course_imports", "")).splitlines():
+        try:
+            exec(compile(line, "<course imports>", "exec"), course)  # noqa: S102 - the instructor notebook's imports
+        except Exception:  # noqa: BLE001 - an import this machine lacks: a test that needs it fails by itself
+            continue
+    answers = [c.source for i, c in enumerate(nb.cells) if c.cell_type == "code" and i not in in_grader]
+    defs, module = testcells.answer_definitions(answers)
+    scope = {k: v for k, v in course.items() if not k.startswith("__")}
+    scope.update(grading._local_imports(module))
+    static = {name: (ast.Module(body=[node], type_ignores=[]), scope) for name, node in defs.items()}
+    return course, testcells.Rpc(client, nbformat, static=static)
 
 
 if __name__ == "__main__":

@@ -65,7 +65,36 @@ class GradingError(AssertionError):
 
 
 def _is_torch(x: Any) -> bool:
-    return type(x).__module__.startswith("torch") and hasattr(x, "detach")
+    """True only for an exact ``torch.Tensor``: a subclass or an object that imitates one (a class whose
+    ``__module__`` says torch, a lazy result computed when read) is not a tensor to a check."""
+    torch = sys.modules.get("torch")
+    return torch is not None and type(x) is torch.Tensor
+
+
+def _claims_torch(x: Any) -> bool:
+    """An object whose type says it comes from torch or has a tensor's ``detach``, real or not."""
+    return _is_torch(x) or str(getattr(type(x), "__module__", "")).startswith("torch") or hasattr(type(x), "detach")
+
+
+_PLAIN_SCALARS = (bool, int, float, complex)
+
+
+def _is_quantity(x: Any) -> bool:
+    """True only for a quantity of the course's unit registry (``mlsys.Q_``), exact type."""
+    from mlsys.units import ureg
+
+    return type(x) is ureg.Quantity
+
+
+def _plain(x: Any, depth: int = 0) -> bool:
+    """Plain data a check may convert itself: an exact ndarray, number, numpy scalar, or a list/tuple of them."""
+    import numpy as np
+
+    if type(x) in _PLAIN_SCALARS or type(x) is np.ndarray or isinstance(x, np.generic):
+        return type(x) is np.ndarray or type(x) in _PLAIN_SCALARS or type(x).__module__ == "numpy"
+    if type(x) in (list, tuple) and depth < 8:
+        return all(_plain(v, depth + 1) for v in x)
+    return False
 
 
 def _to_numpy(x: Any):
@@ -76,6 +105,11 @@ def _to_numpy(x: Any):
         if t.dtype.is_floating_point and t.dtype.itemsize < 4:
             t = t.float()
         return t.cpu().numpy()
+    if _claims_torch(x):
+        raise GradingError(f"expected a torch.Tensor, found an object of type {type(x).__module__}.{type(x).__qualname__} "
+                           "(results must be real tensors, not subclasses or look-alikes)")
+    if not _plain(x):
+        raise GradingError(f"expected a number, a numpy array or a torch.Tensor, found {_describe(x)}")
     try:
         return np.asarray(x)
     except Exception as exc:  # e.g. a ragged list
@@ -85,9 +119,15 @@ def _to_numpy(x: Any):
 def _describe(x: Any) -> str:
     if _is_torch(x):
         return f"tensor(shape={tuple(x.shape)}, dtype={x.dtype}, device={x.device})"
-    if hasattr(x, "shape") and hasattr(x, "dtype"):
+    if _plain(x) and hasattr(x, "shape"):
         return f"array(shape={tuple(x.shape)}, dtype={x.dtype})"
-    return f"{type(x).__name__} {x!r}"[:200]
+    if _plain(x) or type(x) is str or x is None:
+        return f"{type(x).__name__} {x!r}"[:200]
+    from .proxy import Rejected, RemoteObject
+
+    if isinstance(x, (RemoteObject, Rejected)):  # the grader's own stand-ins: their repr is safe
+        return repr(x)
+    return f"an object of type {type(x).__qualname__}"  # its repr is the learner's code: not called
 
 
 def assert_finite(x: Any, name: str = "result") -> None:
@@ -96,7 +136,7 @@ def assert_finite(x: Any, name: str = "result") -> None:
 
     if x is None:
         raise GradingError(f"{name}: expected a value, found None (did the function forget to return?)")
-    magnitude = getattr(x, "magnitude", x)  # pint quantity
+    magnitude = x.magnitude if _is_quantity(x) else x
     arr = _to_numpy(magnitude)
     if arr.dtype.kind not in "fciub":
         raise GradingError(f"{name}: expected numbers, found {_describe(magnitude)}")
@@ -156,9 +196,9 @@ def assert_quantity_close(actual: Any, expected: Any, *, rtol: float = 1e-6, nam
     A plain number where a quantity is expected is an error (units are part of the answer),
     as is a wrong dimension (e.g. bits where bytes were asked, or FLOP where FLOP/byte).
     """
-    if not hasattr(expected, "dimensionality"):
+    if not _is_quantity(expected):
         raise TypeError(f"assert_quantity_close: expected must be a pint quantity, got {expected!r}")
-    if not hasattr(actual, "dimensionality"):
+    if not _is_quantity(actual):
         raise GradingError(
             f"{name}: expected a quantity in {expected.units:~P} (e.g. mlsys.Q_(x, '{expected.units}')), "
             f"found {_describe(actual)}"
@@ -373,9 +413,20 @@ def assert_no_library_calls(fn: Callable[..., Any], forbidden: Iterable[str] = F
     """
     forbidden = frozenset(forbidden)
     seen = _seen if _seen is not None else set()
-    tree, scope, fname = _source_of(fn)
+    from .proxy import RemoteFunction
+
+    if isinstance(fn, RemoteFunction):  # a test cell in the grader process: the function lives in the worker
+        _check_dispatched_ops(fn, forbidden, name or fn.__name__)
+        static = object.__getattribute__(fn, "__dict__").get("static")
+        if static is None:
+            raise GradingError(f"{name or fn.__name__}: expected a function defined with `def {fn.__name__}(...)` in "
+                               "an answer cell; none was found in the notebook")
+        tree, scope = static
+        fname = fn.__name__
+    else:
+        tree, scope, fname = _source_of(fn)
     label = name or fname
-    seen.add(id(getattr(fn, "fn", fn)))
+    seen.add(id(fn if isinstance(fn, RemoteFunction) else getattr(fn, "fn", fn)))
     methods = {p[1:] for p in forbidden if p.startswith(".")}
     forbidden_names = {p.lstrip(".") for p in forbidden} | {p.rsplit(".", 1)[-1] for p in forbidden if "*" not in p}
     to_follow: list[Any] = []
@@ -387,6 +438,8 @@ def assert_no_library_calls(fn: Callable[..., Any], forbidden: Iterable[str] = F
         )
 
     for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in ("__dict__", "__getattribute__", "__globals__"):
+            fail(f".{node.attr} to look up a function", node)
         if isinstance(node, (ast.BinOp, ast.AugAssign)) and isinstance(node.op, ast.MatMult) and "@" in forbidden:
             fail("the @ operator", node)
         if not isinstance(node, ast.Call):
@@ -396,6 +449,8 @@ def assert_no_library_calls(fn: Callable[..., Any], forbidden: Iterable[str] = F
             func = func.value
         if isinstance(func, ast.Name) and func.id in ("eval", "exec", "__import__", "compile"):
             fail(f"{func.id}()", node)
+        if isinstance(func, ast.Name) and func.id in ("vars", "globals", "locals"):
+            fail(f"{func.id}() to look up a function", node)
         if isinstance(func, ast.Name) and func.id == "getattr" and len(node.args) >= 2:
             arg = node.args[1]
             if not isinstance(arg, ast.Constant) or str(arg.value) in forbidden_names:
@@ -419,6 +474,52 @@ def assert_no_library_calls(fn: Callable[..., Any], forbidden: Iterable[str] = F
         for inner in to_follow:
             if id(inner) not in seen:
                 assert_no_library_calls(inner, forbidden, label, _depth=_depth - 1, _seen=seen)
+
+
+MATMUL_OPS: frozenset[str] = frozenset({
+    "aten::mm", "aten::bmm", "aten::addmm", "aten::matmul", "aten::baddbmm", "aten::addbmm", "aten::addmv",
+    "aten::mv", "aten::dot", "aten::vdot", "aten::linear", "aten::einsum", "aten::tensordot", "aten::_scaled_mm",
+    "aten::inner", "aten::outer", "aten::addr", "aten::_addmm_activation", "aten::chain_matmul",
+    "aten::*scaled_dot_product*", "aten::*flash_attention*", "aten::*efficient_attention*", "aten::*cudnn_attention*",
+})
+"""Dispatched operations that are a library matmul or attention, however they were reached."""
+
+_ALLOWED_OPS = (
+    "aten::empty*", "aten::zeros*", "aten::ones*", "aten::full*", "aten::arange*", "aten::new_*", "aten::fill_*",
+    "aten::zero_", "aten::copy_", "aten::clone", "aten::contiguous", "aten::view*", "aten::reshape",
+    "aten::_reshape_alias", "aten::as_strided*", "aten::t", "aten::transpose*", "aten::permute", "aten::expand*",
+    "aten::unsqueeze*", "aten::squeeze*", "aten::select*", "aten::slice*", "aten::detach*", "aten::alias",
+    "aten::_to_copy", "aten::to", "aten::lift_fresh*", "aten::resize_", "aten::set_", "aten::_local_scalar_dense",
+    "aten::item", "aten::is_nonzero", "aten::unbind*", "aten::split*", "aten::chunk", "aten::narrow*",
+    "aten::stride", "aten::size", "aten::numel", "aten::dim", "aten::is_contiguous", "aten::equal",
+    "aten::_unsafe_view", "aten::flatten*", "aten::unflatten",
+)
+"""Operations a hand-written kernel's launcher may dispatch: allocation, views, copies, scalars."""
+
+
+def forbidden_ops(forbidden: Iterable[str]) -> tuple[frozenset[str], bool]:
+    """The dispatched-op patterns that ``forbidden`` (source-level names) implies, and whether every
+    compute op is forbidden (``torch.*``). ``c10d::*`` (a collective through any route, a process
+    group's method included) is forbidden with ``torch.distributed.*`` or ``torch.*``."""
+    forbidden = frozenset(forbidden)
+    pats: set[str] = set()
+    if forbidden & {"@", "torch.matmul", "torch.mm"} or any(p.startswith("torch.nn.functional") for p in forbidden):
+        pats |= MATMUL_OPS
+    if any(p in forbidden for p in ("torch.distributed.*", "torch.*")):
+        pats.add("c10d::*")
+    return frozenset(pats), "torch.*" in forbidden
+
+
+def _check_dispatched_ops(fn: Any, forbidden: Iterable[str], label: str) -> None:
+    """Refuse a library routine seen in the operations ``fn``'s calls dispatched (recorded by the worker)."""
+    pats, every = forbidden_ops(forbidden)
+    for op in sorted(fn.ops):
+        bad = any(fnmatch.fnmatchcase(op, p) for p in pats)
+        if every and op.startswith("aten::") and not any(fnmatch.fnmatchcase(op, p) for p in _ALLOWED_OPS):
+            bad = True
+        if bad:
+            raise GradingError(f"{label}: this exercise asks you to implement the computation yourself, but running "
+                               f"it dispatched the library operation {op}; write it without library routines")
 
 
 # ----------------------------------------------------------------------------------------------

@@ -16,19 +16,32 @@ milliseconds, so a sandbox per submission costs nothing noticeable. What a sandb
   into), every capability dropped, an unprivileged user id;
 * limits set with ``prlimit`` inside: address space (CPU runs only: CUDA reserves more virtual
   memory than any sane cap), processes, file size, open files. Wall time is enforced from outside by
-  the caller, which kills the whole sandbox.
+  the caller, which kills the whole sandbox;
+* tasks and memory capped **per sandbox**, not per process, by a cgroup of its own (:class:`Cgroup`:
+  ``systemd-run --scope`` where systemd runs the machine, else cgroup v2 or v1 directly); where none
+  can be made, :func:`cgroup_note` says so once and the per-process limits above are all there is;
+* only what Python needs from ``/etc`` (:data:`ETC_FILES`; a passwd and group of its own), never the
+  whole folder.
+
+**A root grader never runs student code as root.** With an unprivileged grader, bwrap maps the
+grader's uid to :data:`SANDBOX_UID` in a new user namespace. A root grader's uid would map to root
+outside (root-only files bound in readable, ``RLIMIT_NPROC`` not enforced), so there bwrap runs
+without a user namespace, keeps only the capabilities to change user, and ``setpriv`` switches to
+the real unprivileged uid and gid :data:`SANDBOX_UID` (``nobody``), clears supplementary groups,
+empties every capability set and sets ``no_new_privs`` before the student's interpreter starts; the
+scratch folder is handed to that uid (:func:`own_scratch`).
 
 Where bubblewrap cannot run, :func:`check` raises :class:`SandboxUnavailable` saying how to install
 it; a teacher may grade without it only by asking for ``--no-sandbox``, which is logged loudly.
 
-On this course's Debian containers, running as root, ``bwrap --unshare-all --unshare-user --uid
-1000 --gid 1000 --cap-drop ALL`` works (user namespaces are allowed); where user namespaces are
-disabled for root, :func:`check` reports bwrap's own error.
+Where bwrap cannot build the sandbox (user namespaces disabled for an unprivileged grader, no
+``setpriv`` for a root one), :func:`check` reports the error with advice.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -36,8 +49,18 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["SandboxUnavailable", "Limits", "bwrap_path", "check", "build_site", "command", "INSIDE_HOME",
-           "NO_SANDBOX_WARNING"]
+__all__ = ["SandboxUnavailable", "Limits", "Cgroup", "bwrap_path", "check", "build_site", "command", "INSIDE_HOME",
+           "NO_SANDBOX_WARNING", "SANDBOX_UID", "ETC_FILES", "own_scratch", "cgroup_note"]
+
+SANDBOX_UID = 65534
+"""The uid and gid student code runs as (``nobody``/``nogroup`` on Debian), inside and, for a root grader, outside."""
+
+ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "alternatives", "fonts", "nsswitch.conf",
+             "host.conf", "gai.conf", "protocols", "services", "mime.types", "os-release")
+"""What of ``/etc`` a sandbox sees: the dynamic linker's configuration, the time zone, fonts for plots,
+name-service settings (loopback only). Not passwd/shadow/group (the sandbox's own are bound instead)."""
+
+PASSWD_FILE, GROUP_FILE = "sandbox-passwd", "sandbox-group"
 
 HOSTS_FILE = "sandbox-hosts"
 """File in the site folder bound over /etc/hosts inside the sandbox."""
@@ -97,8 +120,16 @@ def check() -> str:
             "or, only for submissions you trust, grade with --no-sandbox.")
     if path in _CHECKED:
         return path
-    probe = [path, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-all", "--unshare-user",
-             "--uid", "1000", "--gid", "1000", "--cap-drop", "ALL", "--die-with-parent", "--", "/bin/true"]
+    if os.geteuid() == 0:
+        if shutil.which("setpriv") is None:
+            raise SandboxUnavailable(
+                "grading runs as root, and student code must not: setpriv (util-linux) is needed to drop to an "
+                "unprivileged user inside the sandbox. Install util-linux, or run `make grade` as an ordinary user.")
+        probe = [path, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", *_namespaces(True), "--die-with-parent",
+                 "--", *_drop(), "/bin/true"]
+    else:
+        probe = [path, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", *_namespaces(False),
+                 "--die-with-parent", "--", "/bin/true"]
     try:
         proc = subprocess.run(probe, capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -110,6 +141,134 @@ def check() -> str:
             "forbids them; enable them, or grade with --no-sandbox for submissions you trust.")
     _CHECKED[path] = path
     return path
+
+
+def _namespaces(as_root: bool) -> list[str]:
+    """bwrap's namespace and capability options: see the module doc for the root case."""
+    if as_root:  # no user namespace (uid 0 inside would be uid 0 outside); setpriv drops to SANDBOX_UID
+        return ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
+                "--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]
+    return ["--unshare-all", "--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--cap-drop", "ALL"]
+
+
+def _drop() -> list[str]:
+    """setpriv: become SANDBOX_UID for real, no groups, no capabilities in any set, no way back."""
+    return [shutil.which("setpriv") or "setpriv", f"--reuid={SANDBOX_UID}", f"--regid={SANDBOX_UID}", "--clear-groups",
+            "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]
+
+
+def own_scratch(folder: Path) -> None:
+    """Hand ``folder`` (and everything in it) to :data:`SANDBOX_UID` when grading as root, so the unprivileged
+    student process can write there; an unprivileged grader's files are already its own inside."""
+    if os.geteuid() != 0:
+        return
+    folder = Path(folder)
+    for p in [folder, *folder.rglob("*")]:
+        if not p.is_symlink():
+            os.chown(p, SANDBOX_UID, SANDBOX_UID)
+
+
+# ------------------------------------------------------------------------------------------ cgroups
+
+
+_CGROUP_NOTE: list[str] = []
+
+
+def cgroup_note() -> str:
+    """Why sandboxes here have no cgroup of their own ("" when they do); printed once per process."""
+    return _CGROUP_NOTE[0] if _CGROUP_NOTE else ""
+
+
+class Cgroup:
+    """A cgroup for one sandbox: its tasks (``pids``) and memory capped for the whole process tree.
+
+    :meth:`create` returns None where no cgroup can be made (then :func:`cgroup_note` says why);
+    :meth:`wrap` prefixes a command line so that its first process joins the cgroup before it starts
+    anything; :meth:`close` kills whatever is left in it and removes it.
+    """
+
+    def __init__(self, kind: str, paths: list[Path], unit: str = "") -> None:
+        self.kind, self.paths, self.unit = kind, paths, unit
+
+    @classmethod
+    def create(cls, limits: Limits) -> Cgroup | None:
+        name = f"mlsys-sandbox-{os.getpid()}-{secrets.token_hex(4)}"
+        why = []
+        if Path("/run/systemd/system").is_dir() and shutil.which("systemd-run"):
+            return cls("systemd", [], name)
+        fs = Path("/sys/fs/cgroup")
+        try:
+            own = {line.split(":", 2)[1]: line.split(":", 2)[2].strip()
+                   for line in Path("/proc/self/cgroup").read_text().splitlines() if line.count(":") >= 2}
+        except OSError as exc:
+            own, why = {}, [f"/proc/self/cgroup: {exc}"]
+        if (fs / "cgroup.controllers").is_file() and "" in own:  # cgroup v2, unified
+            path = fs / own[""].lstrip("/") / name
+            try:
+                path.mkdir()
+                (path / "pids.max").write_text(str(limits.processes))
+                (path / "memory.max").write_text(str(limits.memory_bytes))
+                return cls("v2", [path])
+            except OSError as exc:
+                why.append(f"cgroup v2 at {path.parent}: {exc}")
+                _rmdir(path)
+        elif (fs / "pids").is_dir() and (fs / "memory").is_dir():  # cgroup v1
+            made: list[Path] = []
+            try:
+                for ctl, key, value in (("pids", "pids.max", limits.processes),
+                                        ("memory", "memory.limit_in_bytes", limits.memory_bytes)):
+                    path = fs / ctl / own.get(ctl, "/").lstrip("/") / name
+                    path.mkdir()
+                    made.append(path)
+                    (path / key).write_text(str(value))
+                return cls("v1", made)
+            except OSError as exc:
+                why.append(f"cgroup v1: {exc}")
+                for path in made:
+                    _rmdir(path)
+        else:
+            why.append("no cgroup file system at /sys/fs/cgroup")
+        if not _CGROUP_NOTE:
+            _CGROUP_NOTE.append("no cgroup per sandbox here (" + "; ".join(why) + "): processes and memory are capped "
+                                "per process only (RLIMIT_NPROC per user, RLIMIT_AS), not per sandbox")
+            print("NOTE: " + _CGROUP_NOTE[0], file=sys.stderr, flush=True)
+        return None
+
+    def wrap(self, argv: list[str], limits: Limits) -> list[str]:
+        """``argv`` started inside this cgroup."""
+        if self.kind == "systemd":
+            return [shutil.which("systemd-run") or "systemd-run", "--scope", "--quiet", "--collect", f"--unit={self.unit}",
+                    f"--property=TasksMax={limits.processes}", f"--property=MemoryMax={limits.memory_bytes}", "--", *argv]
+        joins = " && ".join(f"echo $$ > '{p}/cgroup.procs'" for p in self.paths)
+        return ["/bin/sh", "-c", f'{joins} && exec "$@"', "mlsys-cgroup", *argv]
+
+    def close(self) -> None:
+        """Kill every process still in the cgroup and remove it."""
+        import signal
+        import time
+
+        for path in self.paths:
+            for _ in range(50):
+                try:
+                    pids = [int(x) for x in (path / "cgroup.procs").read_text().split()]
+                except (OSError, ValueError):
+                    break
+                if not pids:
+                    break
+                for pid in pids:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except OSError:
+                        pass
+                time.sleep(0.02)
+            _rmdir(path)
+
+
+def _rmdir(path: Path) -> None:
+    try:
+        path.rmdir()
+    except OSError:
+        pass
 
 
 def _package_dir() -> Path:
@@ -154,6 +313,12 @@ def build_site(dest: Path) -> Path:
     shutil.copytree(pkg, dest / "mlsys", dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     # the sandbox's host name resolves to loopback (torch.distributed's gloo looks itself up by name)
     (dest / HOSTS_FILE).write_text("127.0.0.1 localhost sandbox\n::1 localhost ip6-localhost ip6-loopback\n")
+    # the only user and group the sandbox knows (getpass, ~ expansion): no system account is listed
+    (dest / PASSWD_FILE).write_text(f"student:x:{SANDBOX_UID}:{SANDBOX_UID}:student:{INSIDE_HOME}:/bin/false\n")
+    (dest / GROUP_FILE).write_text(f"student:x:{SANDBOX_UID}:\n")
+    for p in [dest, *dest.rglob("*")]:  # readable by the unprivileged uid a root grader's sandbox runs as
+        if not p.is_symlink():
+            p.chmod(0o755 if p.is_dir() else 0o644)
     return dest
 
 
@@ -162,7 +327,8 @@ def _gpu_nodes() -> list[str]:
 
 
 def _nproc_now() -> int:
-    uid = os.getuid()
+    """Processes the sandbox's user already runs (RLIMIT_NPROC counts per user id, system-wide)."""
+    uid = SANDBOX_UID if os.geteuid() == 0 else os.getuid()
     n = 0
     for status in Path("/proc").glob("[0-9]*/status"):
         try:
@@ -176,34 +342,49 @@ def _nproc_now() -> int:
 
 
 def command(argv: list[str], scratch: Path, site: Path, *, limits: Limits | None = None, gpu: bool = False,
-            env: dict[str, str] | None = None, bwrap: str | None = None) -> list[str]:
+            env: dict[str, str] | None = None, bwrap: str | None = None, cgroup: Cgroup | None = None,
+            as_root: bool | None = None) -> list[str]:
     """The bwrap command line that runs ``argv`` in a sandbox over ``scratch`` (read-write).
 
     ``site`` (from :func:`build_site`) is put first on ``PYTHONPATH``, read-only. ``gpu`` passes
     the NVIDIA device nodes in and lifts the address-space cap. ``env`` adds variables
-    to the otherwise cleared environment.
+    to the otherwise cleared environment. ``cgroup`` (from :meth:`Cgroup.create`) caps the whole
+    sandbox; ``as_root`` (default: whether this process is root) picks how the uid is dropped.
     """
     bwrap = bwrap or check()
     limits = limits or Limits()
     scratch, site = Path(scratch).resolve(), Path(site).resolve()
-    args = [bwrap, "--unshare-all", "--unshare-user", "--uid", "1000", "--gid", "1000", "--cap-drop", "ALL",
-            "--die-with-parent", "--new-session", "--hostname", "sandbox"]
+    as_root = os.geteuid() == 0 if as_root is None else as_root
+    args = [bwrap, *_namespaces(as_root), "--die-with-parent", "--new-session", "--hostname", "sandbox"]
     # Empty /tmp and /home first: a Python (a venv) that lives under them is bound on top below. Mounted
     # after the binds, the tmpfs would hide a course checked out in /tmp or in a home folder, and every
     # submission would fail to start (found by CI on a clone in /tmp/ci).
-    args += ["--tmpfs", "/tmp", "--tmpfs", "/home"]
-    for path in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt"):
+    args += ["--perms", "1777", "--tmpfs", "/tmp", "--tmpfs", "/home"]  # /tmp: writable by the unprivileged uid
+    for path in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt"):
         if Path(path).exists():
             args += ["--ro-bind", path, path] if not Path(path).is_symlink() else ["--symlink", os.readlink(path), path]
-    for prefix in {sys.prefix, sys.base_prefix, sys.exec_prefix, str(Path(sys.executable).resolve().parents[1])}:
-        if prefix and Path(prefix).exists() and not any(prefix.startswith(p + "/") or prefix == p
-                                                        for p in ("/usr", "/bin", "/lib", "/opt")):
-            args += ["--ro-bind", prefix, prefix]
+    args += ["--perms", "0755", "--dir", "/etc"]
+    for name in ETC_FILES:
+        args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+    prefixes = sorted(p for p in {sys.prefix, sys.base_prefix, sys.exec_prefix, str(Path(sys.executable).resolve().parents[1])}
+                      if p and Path(p).exists() and not any(p.startswith(q + "/") or p == q
+                                                            for q in ("/usr", "/bin", "/lib", "/opt")))
+    # the folders above a bound prefix (and /sandbox) are made traversable: bwrap, run by root, makes them 0700,
+    # which the unprivileged uid could not pass (a Python under /root/.pyenv)
+    made: list[str] = []
+    for target in [*prefixes, "/sandbox/site"]:
+        for parent in reversed(Path(target).parents[:-1]):
+            if str(parent) not in made and str(parent) not in ("/tmp", "/home"):
+                made.append(str(parent))
+                args += ["--perms", "0755", "--dir", str(parent)]
+    for prefix in prefixes:
+        args += ["--ro-bind", prefix, prefix]
     args += ["--dev", "/dev", "--proc", "/proc",
              "--ro-bind", str(site), "/sandbox/site", "--bind", str(scratch), INSIDE_HOME, "--chdir", INSIDE_HOME]
     args += ["--ro-bind", "/sys", "/sys"]  # CPU topology for OpenMP/torch threads, GPU discovery; read-only
-    if (site / HOSTS_FILE).is_file():
-        args += ["--ro-bind", str(site / HOSTS_FILE), "/etc/hosts"]
+    for name, where in ((HOSTS_FILE, "/etc/hosts"), (PASSWD_FILE, "/etc/passwd"), (GROUP_FILE, "/etc/group")):
+        if (site / name).is_file():
+            args += ["--ro-bind", str(site / name), where]
     if gpu:
         for node in _gpu_nodes():
             args += ["--dev-bind", node, node]
@@ -222,11 +403,14 @@ def command(argv: list[str], scratch: Path, site: Path, *, limits: Limits | None
     args.append("--clearenv")
     for key, value in variables.items():
         args += ["--setenv", key, value]
-    caps = [f"--nproc={_nproc_now() + limits.processes}", f"--fsize={limits.file_bytes}",
-            f"--nofile={limits.open_files}", "--core=0"]
+    caps = [f"--fsize={limits.file_bytes}", f"--nofile={limits.open_files}", "--core=0"]
+    if cgroup is None:  # the per-user process cap stands in for the cgroup's per-sandbox one
+        caps.insert(0, f"--nproc={_nproc_now() + limits.processes}")
     if not gpu:
         caps.append(f"--as={limits.memory_bytes}")
     prlimit = shutil.which("prlimit")
     if prlimit is None:
         raise SandboxUnavailable("prlimit (util-linux) is missing: it sets the sandbox's resource limits")
-    return [*args, "--", prlimit, *caps, "--", *argv]
+    inner = [*(_drop() if as_root else []), prlimit, *caps, "--", *argv]
+    full = [*args, "--", *inner]
+    return cgroup.wrap(full, limits) if cgroup is not None else full

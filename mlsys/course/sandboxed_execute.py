@@ -45,6 +45,7 @@ from ..runtime.processes import kill_tree
 from . import sandbox
 from .cellrunner import error_output
 from .grading import NOT_GRADED
+from .testcells import course_imports
 from .trusted import answer_cells
 
 __all__ = ["SandboxedExecute", "run_in_sandbox", "answer_cells"]
@@ -69,9 +70,12 @@ def run_in_sandbox(module: str, job: dict[str, Any], scratch: Path, settings: di
     nonce = secrets.token_hex(16)
     argv = [sys.executable, "-P", "-m", module]
     env = None
+    cgroup = None
     if settings.get("mode") == "bwrap":
         limits = sandbox.Limits(**settings.get("limits", {}))
-        argv = sandbox.command(argv, scratch, Path(settings["site"]), limits=limits,
+        cgroup = sandbox.Cgroup.create(limits)  # tasks and memory capped for the whole sandbox (None: a note says why)
+        sandbox.own_scratch(scratch)  # a root grader's student process is an unprivileged user: its folder is its own
+        argv = sandbox.command(argv, scratch, Path(settings["site"]), limits=limits, cgroup=cgroup,
                                gpu=bool(settings.get("gpu")) or settings.get("perf") == "cuda")
     else:
         env = {k: v for k, v in os.environ.items() if not k.startswith("MLSYS_SANDBOX")}
@@ -120,6 +124,8 @@ def run_in_sandbox(module: str, job: dict[str, Any], scratch: Path, settings: di
             ended = "done"
             break
     _kill(proc)  # whatever the sandbox still runs (detached processes included) ends here
+    if cgroup is not None:
+        cgroup.close()
     return results, ended
 
 
@@ -153,6 +159,7 @@ class SandboxedExecute(Execute):
     def preprocess(self, nb: Any, resources: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
         import nbformat
 
+        self._resources = resources
         settings = json.loads(os.environ.get("MLSYS_SANDBOX", "{}"))
         if settings.get("mode") not in ("bwrap", "none"):
             raise RuntimeError("SandboxedExecute: MLSYS_SANDBOX must name mode 'bwrap' or 'none' (set by `make grade`)")
@@ -182,7 +189,14 @@ class SandboxedExecute(Execute):
         _copy_submission(src_dir, work)
         name = "notebook.ipynb"
         nbformat.write(nb, str(work / name))
-        job = {"notebook": name, "skip": sorted(perf_idx), "timeout": self.timeout,
+        source_nb = _instructor_notebook(self._resources)
+        if (source_nb.get("metadata", {}).get("mlsys", {}) or {}).get("test_cells") == "grader":
+            # the lab's test cells run in the grader process, not in the kernel that ran the answers
+            job_grader = {"grader_cells": sorted(i for i, c in enumerate(nb.cells) if _is_test(c) and i not in perf_idx),
+                          "course_imports": course_imports(source_nb.get("cells", []))}
+        else:
+            job_grader = {}
+        job = {**job_grader, "notebook": name, "skip": sorted(perf_idx), "timeout": self.timeout,
                "interrupt_on_timeout": self.interrupt_on_timeout, "startup_timeout": self.startup_timeout,
                "error_on_timeout": self.error_on_timeout}
         results, ended = run_in_sandbox("mlsys.course.cellrunner", job, work, settings, deadline=deadline,
@@ -259,6 +273,21 @@ class SandboxedExecute(Execute):
                             {"output_type": "execute_result", "execution_count": None, "metadata": {},
                              "data": {"text/plain": f"{score:.4g}"}}]
             cell.outputs = [nbformat.from_dict(o) for o in outs]
+
+
+def _instructor_notebook(resources: dict[str, Any]) -> dict[str, Any]:
+    """The instructor version of the notebook being graded (``source/<lab>/<notebook>.ipynb`` of the
+    scratch course nbgrader runs in), or {} where there is none: its metadata and its course cells are
+    the course's word, never the submission's."""
+    meta = resources.get("nbgrader", {}) or {}
+    lab, notebook = meta.get("assignment"), meta.get("notebook")
+    if not lab or not notebook:
+        return {}
+    path = Path("source") / str(lab) / f"{notebook}.ipynb"
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
 
 
 def _label(nb: Any, index: int) -> str:

@@ -50,7 +50,7 @@ from typing import Any
 
 from ..runtime.paths import checkout, labs_root
 from ..runtime.processes import kill_tree
-from . import audit, sandbox, slurm
+from . import audit, sandbox, sanitize, slurm
 from .grading import NOT_GRADED
 from .rowstore import RowStore, submission_key
 from .slots import Slot, make_slots, visible_gpus
@@ -511,6 +511,7 @@ def _grade_one(sub: Submission, prep: _Prepared, work: Path, root: Path, *, time
     if rc != 0 or not graded.is_file():
         return _finish(_failed(row, "; ".join([*row.notes, _reason(rc, out, timeout + 120)])))
     _trim_outputs(graded)
+    sanitize.sanitize_file(graded, source_nb)  # no hidden test, no live markup leaves (issue 26)
     graded_nb = json.loads(graded.read_text(encoding="utf-8"))
     _reset(row)
     score_notebook(source_nb, graded_nb, row)

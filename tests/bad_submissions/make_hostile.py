@@ -163,3 +163,69 @@ make("patch_reference", PATCH_REFERENCE)
 make("hidden_library_call", HIDDEN_LIBRARY)
 make("differs_after_timing", DIFFERS)
 make("library_override", LIBRARY_OVERRIDE)
+
+# ---- issue 26: answer cells that try to rewrite the test cells, their helpers or what they accept
+
+TRANSFORMER = r'''import IPython
+ip = IPython.get_ipython()
+ip.input_transformers_post.append(lambda lines: ["pass\n"])  # every later cell, the tests included, runs nothing
+'''
+
+AST_HOOKS = r'''import ast
+import sys
+from IPython.core import getipython
+shell = getipython.get_ipython()
+class NoAsserts(ast.NodeTransformer):
+    def visit_Assert(self, node):
+        return ast.Pass()
+shell.ast_transformers.append(NoAsserts())  # asserts in later cells vanish
+shell.events.register("pre_run_cell", lambda info: print(info.raw_cell))  # each cell's source into its output
+sys.excepthook = lambda *a: None
+'''
+
+REBIND = r'''import mlsys.course.grading as grading
+grading.assert_close = lambda *a, **k: None
+grading.assert_finite = lambda *a, **k: None
+grading.assert_no_library_calls = lambda *a, **k: None
+assert_close = assert_finite = assert_no_library_calls = lambda *a, **k: None
+'''
+
+LOOKALIKE = r'''import numpy as np
+class Claims:
+    __module__ = "numpy"
+    def __init__(self, x):
+        self.x = x
+    def __array__(self, dtype=None, copy=None):
+        return 2 * np.asarray(self.x, dtype=dtype)  # right only when a check converts it with its own code
+    def __eq__(self, other):
+        return True
+def double(x):
+    if isinstance(x, (int, float)):
+        return 2 * x
+    return Claims(x)
+'''
+
+VARS_LIBRARY = r'''import math
+def total(xs):
+    return vars(math)["fsum"](xs)  # math.fsum, reached where a reading of names cannot see it
+'''
+
+MARKUP = r'''from IPython.display import HTML, SVG, Javascript, display
+import IPython
+display(HTML("<script>document.title = 'pwned-html'</script><b>bold</b>"))
+display(Javascript("document.title = 'pwned-js'"))
+display(SVG('<svg xmlns="http://www.w3.org/2000/svg" onload="alert(1)"></svg>'))
+IPython.get_ipython().events.register("pre_run_cell", lambda info: print("LEAK", info.raw_cell))
+'''
+
+make("input_transformer", "def double(x):\n    return 0\n", "def total(xs):\n    return 0\n", extra=TRANSFORMER)
+make("ast_transformer_hooks", "def double(x):\n    return x\n", "def total(xs):\n    return 0.0\n", extra=AST_HOOKS)
+make("rebind_helpers", "def double(x):\n    return 2 * x if isinstance(x, (int, float)) else x\n",
+     "import numpy as np\n\n\ndef total(xs):\n    return float(np.sum(xs))\n", extra=REBIND)
+make("lookalike_result", LOOKALIKE)
+make("vars_library", DOUBLE, VARS_LIBRARY)
+make("markup_and_leak", DOUBLE, extra=MARKUP)
+_nb = json.loads((C / "markup_and_leak.nb.json").read_text())
+_nb["cells"].insert(1, {"cell_type": "markdown", "id": "markup-md", "metadata": {},
+                        "source": "My notes <img src=x onerror=\"document.title='pwned-md'\"> [link](javascript:alert(1))"})
+(C / "markup_and_leak.nb.json").write_text(json.dumps(_nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n")

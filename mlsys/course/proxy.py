@@ -1,0 +1,236 @@
+"""The narrow channel between the grader process and the learner's kernel: plain data only.
+
+Test cells run in the grader process (:mod:`mlsys.course.cellrunner`), an interpreter that never
+executes an answer cell; the learner's functions and values live in the worker kernel. This module
+is the codec both sides use, and the grader's stand-ins for what stays in the worker:
+
+* values cross as **plain data**: ``None``, booleans, integers, floats, strings, lists, tuples, dicts
+  with string or integer keys, exact ``torch.Tensor`` and ``numpy.ndarray`` objects (rebuilt on the
+  other side from their raw bytes, dtype and shape, written to a file in the sandbox's private
+  ``/tmp``), quantities of the course's unit registry (a magnitude and a unit string), and objects of
+  the course's own classes (``mlsys.*``, e.g. ``Roof``, ``viz.Point``), which the grader rebuilds
+  with its own constructor from their fields. Nothing is pickled; the grader never calls a method of
+  a learner object;
+* everything else (a function, a Triton kernel, an object of a learner's class, a tensor subclass)
+  stays in the worker, and the grader holds a :class:`RemoteFunction` or :class:`RemoteObject`
+  handle: calling it ships the arguments as plain data and returns the result as plain data, with the
+  torch operations the call dispatched (:attr:`RemoteFunction.ops`), recorded by the worker harness
+  (:mod:`mlsys.course.worker`);
+* a result that claims to be something it is not (a tensor subclass, a class whose ``__module__``
+  says ``torch``) crosses as :class:`Rejected`, which every check refuses.
+
+The worker is learner-controlled: what it sends is only ever *the learner's answer*, which the
+grader's own checks then judge. See the trust model in docs/ARCHITECTURE.md.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import os
+import secrets
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+__all__ = ["Rejected", "RemoteFunction", "RemoteObject", "LearnerCodeError", "encode", "decode", "RPC_MIME",
+           "RPC_DIR"]
+
+RPC_MIME = "application/x-mlsys-rpc+json"
+RPC_DIR = Path(os.environ.get("TMPDIR", "/tmp")) / "mlsys-rpc"
+MAX_DEPTH = 12
+MAX_ITEMS = 100_000
+REBUILDABLE = ("mlsys.roofline", "mlsys.viz", "mlsys.tiling", "mlsys.fusion", "mlsys.layers", "mlsys.comm",
+               "mlsys.hardware", "mlsys.overhead", "mlsys.memory_access", "mlsys.occupancy")
+"""Modules whose classes cross by value: the grader rebuilds them with its own constructors."""
+
+
+class LearnerCodeError(AssertionError):
+    """The learner's code raised, or its kernel could not answer (a test cell scores zero)."""
+
+
+class Rejected:
+    """A value that was not what it claimed to be; every check refuses it."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+
+    def __repr__(self) -> str:
+        return f"<rejected: {self.what}>"
+
+
+def _blob(raw: bytes) -> str:
+    RPC_DIR.mkdir(parents=True, exist_ok=True)
+    path = RPC_DIR / (secrets.token_hex(12) + ".bin")
+    path.write_bytes(raw)
+    return path.name
+
+
+def _read_blob(name: str) -> bytes:
+    if not isinstance(name, str) or "/" in name or not name.endswith(".bin"):
+        raise ValueError(f"bad blob name {name!r}")
+    path = RPC_DIR / name
+    try:
+        return path.read_bytes()
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def encode(x: Any, handle: Callable[[Any], dict[str, Any]], depth: int = 0) -> dict[str, Any]:
+    """``x`` as tagged plain data; what is not plain data becomes ``handle(x)`` (a reference)."""
+    if depth > MAX_DEPTH:
+        return {"t": "rejected", "what": "nested too deeply"}
+    t = type(x)
+    if x is None or t in (bool, int, str):
+        return {"t": "v", "v": x}
+    if t is float:
+        return {"t": "float", "v": repr(x)} if not math.isfinite(x) else {"t": "v", "v": x}
+    if t in (list, tuple):
+        if len(x) > MAX_ITEMS:
+            return {"t": "rejected", "what": f"a {t.__name__} of {len(x)} items"}
+        return {"t": t.__name__, "v": [encode(v, handle, depth + 1) for v in x]}
+    if t is dict:
+        if len(x) > MAX_ITEMS or not all(type(k) in (str, int) for k in x):
+            return {"t": "rejected", "what": "a dict with keys other than strings and integers"}
+        return {"t": "dict", "k": list(x), "v": [encode(v, handle, depth + 1) for v in x.values()]}
+    torch = sys.modules.get("torch")
+    if torch is not None and t is torch.Tensor:
+        cpu = x.detach().to("cpu").contiguous()
+        raw = cpu.view(-1).view(torch.uint8).numpy().tobytes() if cpu.numel() else b""
+        return {"t": "tensor", "dtype": str(cpu.dtype).removeprefix("torch."), "shape": list(cpu.shape),
+                "device": x.device.type, "blob": _blob(raw)}
+    np = sys.modules.get("numpy")
+    if np is not None:
+        if t is np.ndarray:
+            if x.dtype.kind not in "biufc":
+                return {"t": "rejected", "what": f"an array of dtype {x.dtype}"}
+            return {"t": "ndarray", "dtype": x.dtype.str, "shape": list(x.shape), "blob": _blob(np.ascontiguousarray(x).tobytes())}
+        if isinstance(x, np.generic) and t.__module__ == "numpy" and x.dtype.kind in "biufc":
+            return {"t": "npscalar", "dtype": x.dtype.str, "v": encode(x.item(), handle, depth + 1)}
+    units = sys.modules.get("mlsys.units")
+    if units is not None and t is units.ureg.Quantity:
+        return {"t": "quantity", "m": encode(x.magnitude, handle, depth + 1), "u": str(x.units)}
+    mod = getattr(t, "__module__", "")
+    if torch is not None and (isinstance(x, torch.Tensor) or str(mod).startswith("torch")) and not callable(x):
+        return {"t": "rejected", "what": f"{mod}.{t.__qualname__} (not an exact torch.Tensor)"}
+    if mod in REBUILDABLE and getattr(sys.modules.get(mod), t.__name__, None) is t and not callable(x):
+        fields = dict(object.__getattribute__(x, "__dict__")) if hasattr(x, "__dict__") else {}
+        return {"t": "course", "mod": mod, "cls": t.__name__,
+                "f": encode({k: v for k, v in fields.items() if type(k) is str}, handle, depth + 1)}
+    return handle(x)
+
+
+def decode(d: Any, ref: Callable[[dict[str, Any]], Any], depth: int = 0) -> Any:
+    """The value that :func:`encode` described; references become ``ref(d)``. Calls no code of the sender."""
+    if depth > MAX_DEPTH or not isinstance(d, dict):
+        return Rejected("malformed")
+    t = d.get("t")
+    if t == "v":
+        v = d.get("v")
+        return v if v is None or type(v) in (bool, int, str, float) else Rejected("malformed")
+    if t == "float":
+        return float(d["v"]) if d.get("v") in ("nan", "inf", "-inf") else Rejected("malformed")
+    if t in ("list", "tuple"):
+        items = [decode(v, ref, depth + 1) for v in d.get("v", [])]
+        return items if t == "list" else tuple(items)
+    if t == "dict":
+        keys = d.get("k", [])
+        if not all(type(k) in (str, int) for k in keys):
+            return Rejected("malformed")
+        return dict(zip(keys, (decode(v, ref, depth + 1) for v in d.get("v", [])), strict=False))
+    if t == "tensor":
+        import torch
+
+        dtype = getattr(torch, str(d["dtype"]), None)
+        if not isinstance(dtype, torch.dtype):
+            return Rejected(f"a tensor of dtype {d['dtype']!r}")
+        raw = bytearray(_read_blob(d["blob"]))
+        shape = [int(s) for s in d["shape"]]
+        flat = torch.frombuffer(raw, dtype=torch.uint8) if raw else torch.empty(0, dtype=torch.uint8)
+        out = flat.view(dtype).reshape(shape) if raw else torch.empty(shape, dtype=dtype)
+        device = d.get("device", "cpu")
+        return out.clone() if device == "cpu" else out.to(device)
+    if t == "ndarray":
+        import numpy as np
+
+        dtype = np.dtype(str(d["dtype"]))
+        if dtype.kind not in "biufc":
+            return Rejected(f"an array of dtype {dtype}")
+        return np.frombuffer(_read_blob(d["blob"]), dtype=dtype).reshape([int(s) for s in d["shape"]]).copy()
+    if t == "npscalar":
+        import numpy as np
+
+        dtype = np.dtype(str(d["dtype"]))
+        v = decode(d["v"], ref, depth + 1)
+        return dtype.type(v) if dtype.kind in "biufc" and type(v) in (bool, int, float, complex) else Rejected("malformed")
+    if t == "quantity":
+        from mlsys.units import ureg
+
+        m = decode(d["m"], ref, depth + 1)
+        try:
+            return ureg.Quantity(m, ureg.parse_units(str(d["u"])))
+        except Exception as exc:  # noqa: BLE001 - a unit the course's registry does not know
+            return Rejected(f"a quantity in unknown units {str(d['u'])[:40]!r} ({type(exc).__name__})")
+    if t == "course":
+        return _rebuild(str(d.get("mod")), str(d.get("cls")), decode(d.get("f"), ref, depth + 1))
+    if t == "rejected":
+        return Rejected(str(d.get("what", "?"))[:200])
+    if t == "handle":
+        return ref(d)
+    return Rejected("malformed")
+
+
+def _rebuild(mod: str, cls_name: str, fields: Any) -> Any:
+    """An object of a course class, built by the grader's own constructor from plain fields."""
+    import dataclasses
+    import inspect
+
+    if mod not in REBUILDABLE or not isinstance(fields, dict):
+        return Rejected(f"an object of {mod}.{cls_name}")
+    cls = getattr(importlib.import_module(mod), cls_name, None)
+    if not isinstance(cls, type) or getattr(cls, "__module__", "") != mod:
+        return Rejected(f"an object of {mod}.{cls_name}")
+    if dataclasses.is_dataclass(cls):
+        names = [f.name for f in dataclasses.fields(cls) if f.init]
+    else:
+        names = [p for p in inspect.signature(cls).parameters if p != "self"]
+    try:
+        return cls(**{k: fields[k] for k in names if k in fields})
+    except Exception as exc:  # noqa: BLE001 - fields that the course's constructor refuses
+        return Rejected(f"a {cls_name} the course could not rebuild ({type(exc).__name__}: {str(exc)[:120]})")
+
+
+class RemoteObject:
+    """A learner object that stays in the worker; attributes are fetched as plain data."""
+
+    def __init__(self, rpc: Any, ref: dict[str, Any]) -> None:
+        object.__setattr__(self, "_rpc", rpc)
+        object.__setattr__(self, "_ref", ref)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return self._rpc.getattr(self._ref, name)
+
+    def __repr__(self) -> str:
+        return f"<learner object of type {str(self._ref.get('type', '?'))[:60]}>"
+
+
+class RemoteFunction(RemoteObject):
+    """A learner function that stays in the worker: calls ship plain data both ways.
+
+    ``ops`` collects the torch operations (``aten::mm``, ``c10d::allreduce_``, ...) that calls made
+    through this handle dispatched, as the worker harness recorded them.
+    """
+
+    def __init__(self, rpc: Any, ref: dict[str, Any]) -> None:
+        super().__init__(rpc, ref)
+        object.__setattr__(self, "ops", set())
+        object.__setattr__(self, "__name__", str(ref.get("name") or "function"))
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._rpc.call(self, args, kwargs)
+
+    def __repr__(self) -> str:
+        return f"<learner function {self.__name__}>"

@@ -1,0 +1,213 @@
+"""Test cells run in the grader process, never in the learner's kernel.
+
+:mod:`mlsys.course.cellrunner` executes answer cells (and the course's other cells) in a worker
+kernel, as a learner would run them. A test cell is not sent there: this module executes its source
+in the cellrunner's own interpreter, which never executes an answer cell, so nothing an answer cell
+registers (an IPython input transformer or AST transformer, a ``pre_run_cell`` hook, a display
+formatter, ``sys.excepthook``, a custom exception handler, a rebound global such as ``grading``, a
+patched ``mlsys`` module) exists where the test runs or where its outcome is written down.
+
+Names a test cell uses resolve in this order (:class:`GraderNamespace`):
+
+1. what the cell itself defines;
+2. builtins (a learner's global ``len`` or ``print`` never shadows them);
+3. the imports of the course's own cells, taken from the **instructor** notebook and executed here
+   (``grading``, ``Q_``, ``torch``...: never the learner's rebinding);
+4. the learner's globals, fetched from the worker through :class:`Rpc` as plain data (numbers,
+   strings, exact tensors and arrays rebuilt from bytes, quantities, course objects rebuilt by the
+   course's constructors) or as handles to call (:mod:`mlsys.course.proxy`). A module never crosses.
+
+The outcome becomes the cell's nbformat outputs: printed text, an ``error`` output when it raised
+(nbgrader scores the cell zero) and the last expression's value as ``text/plain`` (partial credit).
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import contextlib
+import io
+import json
+import re
+import secrets
+from typing import Any
+
+from . import proxy
+
+__all__ = ["Rpc", "GraderNamespace", "course_imports", "answer_definitions", "run_test_cell"]
+
+_MAGIC = re.compile(r"^\s*(%%?|!).*$", re.M)
+
+
+def _parse(source: str) -> ast.Module | None:
+    try:
+        return ast.parse(_MAGIC.sub("", source))
+    except SyntaxError:
+        return None
+
+
+def course_imports(cells: list[dict[str, Any]]) -> str:
+    """The top-level import statements of the course's own code cells (not answers, not tests) of an
+    instructor notebook, as one program (statements that fail are skipped when run)."""
+    out = []
+    for cell in cells:
+        meta = (cell.get("metadata", {}) or {}).get("nbgrader", {}) or {}
+        if cell.get("cell_type") != "code" or meta.get("solution") or meta.get("grade"):
+            continue
+        src = cell.get("source", "")
+        tree = _parse("".join(src) if isinstance(src, list) else str(src))
+        if tree is None:
+            continue
+        out += [ast.unparse(node) for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))]
+    return "\n".join(out)
+
+
+def answer_definitions(sources: list[str]) -> tuple[dict[str, ast.AST], ast.Module]:
+    """The learner's top-level ``def``s by name (the last one wins) and all answer code as one module,
+    parsed here from the notebook as submitted: the source the static checks read is never what the
+    worker reports."""
+    defs: dict[str, ast.AST] = {}
+    body: list[ast.stmt] = []
+    for src in sources:
+        tree = _parse(src)
+        if tree is None:
+            continue
+        body += tree.body
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                defs[node.name] = node
+    return defs, ast.Module(body=body, type_ignores=[])
+
+
+class Rpc:
+    """Requests to the worker kernel through nbclient; replies are plain data (:mod:`mlsys.course.proxy`)."""
+
+    def __init__(self, client: Any, nbformat: Any, *, static: dict[str, Any] | None = None) -> None:
+        self.client, self.nbformat = client, nbformat
+        self.static = static or {}  # name -> (ast.Module of its def, scope) for grading.assert_no_library_calls
+
+    def _request(self, req: dict[str, Any]) -> dict[str, Any]:
+        rid = secrets.token_hex(8)
+        code = (f"__import__('mlsys.course.worker', fromlist=['serve']).serve(globals(), "
+                f"{json.dumps(json.dumps(req))}, {rid!r})")
+        cell = self.nbformat.v4.new_code_cell(code)
+        self.client.execute_cell(cell, 0, store_history=False)
+        for out in cell.outputs:
+            reply = (out.get("data") or {}).get(proxy.RPC_MIME) if out.get("output_type") == "display_data" else None
+            if isinstance(reply, dict) and reply.get("id") == rid:
+                return reply
+        errors = [f"{o.get('ename')}: {o.get('evalue')}" for o in cell.outputs if o.get("output_type") == "error"]
+        raise proxy.LearnerCodeError("the notebook's kernel did not answer the grader" +
+                                     (f" ({errors[0][:300]})" if errors else ""))
+
+    def _ref(self, d: dict[str, Any]) -> Any:
+        return proxy.RemoteFunction(self, d) if d.get("callable") else proxy.RemoteObject(self, d)
+
+    def _out(self, reply: dict[str, Any], what: str) -> Any:
+        if "error" in reply:
+            raise proxy.LearnerCodeError(f"{what} raised {reply['error']}: {reply.get('message', '')}")
+        return proxy.decode(reply.get("ok"), self._ref)
+
+    def get(self, name: str) -> Any:
+        reply = self._request({"op": "get", "name": name})
+        if "missing" in reply:
+            raise KeyError(name)
+        value = self._out(reply, name)
+        if isinstance(value, proxy.RemoteFunction) and name in self.static:
+            object.__setattr__(value, "static", self.static[name])
+            object.__setattr__(value, "__name__", name)
+        return value
+
+    def getattr(self, ref: dict[str, Any], name: str) -> Any:
+        reply = self._request({"op": "getattr", "obj": ref["id"], "name": name})
+        if reply.get("error") == "AttributeError":  # hasattr() and getattr(x, name, default) work as usual
+            raise AttributeError(name)
+        return self._out(reply, f".{name}")
+
+    def _arg(self, x: Any) -> dict[str, Any]:
+        def handle(v: Any) -> dict[str, Any]:
+            if isinstance(v, proxy.RemoteObject):
+                return {"t": "handle", "id": object.__getattribute__(v, "_ref")["id"]}
+            raise TypeError(f"a test passed a {type(v).__name__} to learner code; only plain data and the "
+                            "learner's own objects can cross")
+        return proxy.encode(x, handle)
+
+    def call(self, fn: proxy.RemoteFunction, args: tuple, kwargs: dict[str, Any]) -> Any:
+        req = {"op": "call", "fn": object.__getattribute__(fn, "_ref")["id"], "args": [self._arg(a) for a in args],
+               "kwargs": {str(k): self._arg(v) for k, v in kwargs.items()}}
+        reply = self._request(req)
+        fn.ops.update(str(op) for op in reply.get("ops", []))
+        result = self._out(reply, fn.__name__)
+        for r in _remote_functions(result):  # a function the call returned: its calls count for this one too
+            object.__setattr__(r, "ops", fn.ops)
+        return result
+
+
+def _remote_functions(x: Any, depth: int = 0) -> list[proxy.RemoteFunction]:
+    if isinstance(x, proxy.RemoteFunction):
+        return [x]
+    if isinstance(x, (list, tuple)) and depth < 4:
+        return [r for v in x for r in _remote_functions(v, depth + 1)]
+    if isinstance(x, dict) and depth < 4:
+        return [r for v in x.values() for r in _remote_functions(v, depth + 1)]
+    return []
+
+
+class GraderNamespace(dict):
+    """A test cell's globals: its own names, builtins, the course's imports, then the learner's values."""
+
+    def __init__(self, course: dict[str, Any], rpc: Rpc) -> None:
+        super().__init__(course)
+        self.rpc = rpc
+        self["__builtins__"] = builtins
+
+    def __missing__(self, name: str) -> Any:
+        if hasattr(builtins, name):
+            return getattr(builtins, name)
+        if name.startswith("__"):
+            raise KeyError(name)
+        value = self.rpc.get(name)  # KeyError when the learner never defined it: a NameError in the cell
+        self[name] = value
+        return value
+
+
+def _error(exc: BaseException) -> dict[str, Any]:
+    ename = type(exc).__name__
+    evalue = str(exc)[:4000]
+    tb = exc.__traceback__
+    line = None
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == "<test cell>":
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    where = f" (test cell, line {line})" if line else ""
+    return {"output_type": "error", "ename": ename, "evalue": evalue, "traceback": [f"{ename}{where}: {evalue}"]}
+
+
+def run_test_cell(source: str, course: dict[str, Any], rpc: Rpc) -> list[dict[str, Any]]:
+    """Execute one test cell here and return its nbformat outputs (see the module doc)."""
+    ns = GraderNamespace(course, rpc)
+    out, err = io.StringIO(), io.StringIO()
+    outputs: list[dict[str, Any]] = []
+    value: Any = None
+    try:
+        tree = ast.parse(source, "<test cell>")
+        last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            exec(compile(tree, "<test cell>", "exec"), ns)  # noqa: S102 - the course's own test code
+            if last is not None:
+                value = eval(compile(ast.Expression(last.value), "<test cell>", "eval"), ns)  # noqa: S307
+    except BaseException as exc:  # noqa: BLE001 - every failure is the cell's outcome
+        outputs.append(_error(exc))
+    for name, buf in (("stdout", out), ("stderr", err)):
+        if buf.getvalue():
+            outputs.insert(0 if name == "stdout" else len(outputs), {"output_type": "stream", "name": name,
+                                                                     "text": buf.getvalue()})
+    if value is not None and not any(o["output_type"] == "error" for o in outputs):
+        if isinstance(value, (proxy.RemoteObject, proxy.Rejected)):
+            text = repr(value)
+        else:
+            text = float.__repr__(value) if isinstance(value, float) else repr(value)
+        outputs.append({"output_type": "execute_result", "execution_count": None, "metadata": {},
+                        "data": {"text/plain": text}})
+    return outputs

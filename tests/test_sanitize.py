@@ -1,0 +1,70 @@
+"""What leaves the grader: no hidden test source, no live markup, plain text kept."""
+
+from __future__ import annotations
+
+import json
+
+from mlsys.course.sanitize import HIDDEN_LINE, hidden_lines, sanitize_notebook
+
+HIDDEN = "assert_close(double(x), np.array([3.0, -4.0, 2e30]), name=\"double(x)\")"
+SOURCE = {"cells": [
+    {"cell_type": "markdown", "metadata": {}, "source": "# Lab <b>zero</b>"},
+    {"cell_type": "code", "metadata": {"nbgrader": {"grade": True, "grade_id": "test_double", "points": 2}},
+     "source": f"assert double(3) == 6\n### BEGIN HIDDEN TESTS\nx = np.array([1.5, -2.0, 1e30])\n{HIDDEN}\n### END HIDDEN TESTS\n"},
+]}
+
+
+def _graded() -> dict:
+    nb = json.loads(json.dumps(SOURCE))
+    test = nb["cells"][1]
+    test["outputs"] = [
+        {"output_type": "stream", "name": "stdout", "text": "LEAK " + test["source"]},  # a pre_run_cell hook's print
+        {"output_type": "error", "ename": "GradingError", "evalue": "double(x): 3 of 3 values differ",
+         "traceback": ["\x1b[0;31m----> 5\x1b[0m " + HIDDEN, "GradingError: double(x): 3 of 3 values differ"]},
+    ]
+    nb["cells"].insert(1, {"cell_type": "code", "metadata": {"trusted": True}, "outputs": [
+        {"output_type": "display_data", "metadata": {"isolated": True},
+         "data": {"text/html": "<script>steal()</script>", "text/plain": "<IPython.core.display.HTML object>"}},
+        {"output_type": "display_data", "metadata": {}, "data": {"application/javascript": "steal()"}},
+        {"output_type": "display_data", "metadata": {}, "data": {"image/svg+xml": "<svg onload='steal()'/>",
+                                                                 "image/png": "iVBORw0KGgo="}},
+        {"output_type": "execute_result", "execution_count": 3, "metadata": {},
+         "data": {"text/markdown": "**2 of 2 points**", "text/plain": "2.0"}},
+    ], "source": "show()", "execution_count": 3})
+    nb["cells"].append({"cell_type": "markdown", "metadata": {}, "attachments": {"a.svg": {}},
+                        "source": "notes <img src=x onerror=steal()> ``` [x](javascript:steal())"})
+    nb["cells"].append({"cell_type": "raw", "metadata": {"format": "text/html"}, "source": "<script>steal()</script>"})
+    return nb
+
+
+def test_hidden_lines_are_those_only_in_hidden_regions():
+    assert hidden_lines(SOURCE) == {"x = np.array([1.5, -2.0, 1e30])", HIDDEN}
+
+
+def test_no_hidden_test_leaves_in_sources_tracebacks_or_printed_output():
+    nb = sanitize_notebook(_graded(), SOURCE)
+    text = json.dumps(nb)
+    assert "BEGIN HIDDEN TESTS" not in text and HIDDEN not in text.replace("\\", "") and "1e30])" not in text
+    test = nb["cells"][2]
+    assert test["source"].startswith("assert double(3) == 6\n# (hidden tests: not shown)")
+    stream, error = test["outputs"]
+    assert stream["text"].splitlines() == ["LEAK assert double(3) == 6", HIDDEN_LINE, HIDDEN_LINE, HIDDEN_LINE,
+                                           HIDDEN_LINE]
+    assert error["evalue"] == "double(x): 3 of 3 values differ"  # the message a learner needs stays
+    assert error["traceback"] == [HIDDEN_LINE, "GradingError: double(x): 3 of 3 values differ"]
+
+
+def test_no_live_markup_leaves_and_plain_text_stays():
+    nb = sanitize_notebook(_graded(), SOURCE)
+    html, js, svg, result = nb["cells"][1]["outputs"]
+    assert html["data"] == {"text/plain": "<IPython.core.display.HTML object>"} and html["metadata"] == {}
+    assert js["data"] == {"text/plain": "[rich output not shown: application/javascript]"}
+    # a raster image cannot run anything: kept, with a note for the SVG beside it
+    assert svg["data"] == {"image/png": "iVBORw0KGgo=", "text/plain": "[rich output not shown: image/svg+xml]"}
+    assert result["data"] == {"text/plain": "2.0"} and result["execution_count"] == 3
+    assert nb["cells"][1]["metadata"] == {}
+    md, raw = nb["cells"][-2], nb["cells"][-1]
+    assert md["cell_type"] == "markdown" and "attachments" not in md
+    assert md["source"].startswith("````text\nnotes <img") and md["source"].endswith("\n````")  # a fence longer than ```
+    assert raw["cell_type"] == "markdown" and raw["source"] == "```text\n<script>steal()</script>\n```"
+    assert nb["cells"][0]["source"] == "# Lab <b>zero</b>"  # the course's own markdown is left as written
