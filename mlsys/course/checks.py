@@ -424,6 +424,26 @@ def _guarded_call(fn: Callable[..., Any], inputs: Sequence[Any], names: Sequence
     return {"result": result, "report": rep, "error": error, "tracked": tracker.active}
 
 
+def _quiet_call(*args: Any) -> dict[str, Any]:
+    """:func:`_guarded_call` with every warning collected into ``out["warnings"]`` instead of printed.
+
+    nbgrader scores a test cell that writes anything to stderr as failed, so a warning raised while a
+    check runs (by torch, Triton or this module) must never reach stderr: it is shown on stdout.
+    """
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = _guarded_call(*args)
+    out["warnings"] = sorted({f"{w.category.__name__}: {w.message}" for w in caught})
+    return out
+
+
+def _show_warnings(out: dict[str, Any]) -> None:
+    for text in out.get("warnings", [])[:3]:
+        print(f"note (not a failure): a warning while the check ran: {text[:300]}")
+
+
 def _packed_call(*args: Any) -> dict[str, Any]:
     """:func:`_guarded_call` with the result serialised to bytes (a tensor crosses the pipe as plain data)."""
     import io
@@ -431,7 +451,7 @@ def _packed_call(*args: Any) -> dict[str, Any]:
     # A forked child must not wait on the parent's thread pools (OpenMP, BLAS): their worker threads
     # do not exist here, and a parallel region would block forever. One thread is plenty for small checks.
     _torch().set_num_threads(1)
-    out = _guarded_call(*args)
+    out = _quiet_call(*args)
     torch = _torch()
     if isinstance(out["result"], torch.Tensor):
         buf = io.BytesIO()
@@ -448,24 +468,44 @@ def _unpack(value: Any) -> Any:
     return value
 
 
+CPU_LIMIT = 60.0
+"""Seconds of computation after which a guarded call is stopped as an endless loop. The largest honest
+check of the labs computes for a few seconds under the interpreter; CPU time, unlike waiting time,
+does not grow on a busy machine, so this limit never fails honest work on a loaded laptop."""
+
+WALL_LIMIT = 240.0
+"""Seconds of waiting after which a guarded call is stopped whatever its CPU time (well under the
+five minutes after which a learner would give up, and under nbgrader's per-cell timeout)."""
+
+HEARTBEAT = 15.0
+"""Seconds between the "still running" lines a long guarded call prints on stdout."""
+
+
 def run_guarded(fn: Callable[..., Any], inputs: Sequence[Any], *, names: Sequence[str] | None = None,
                 output_names: Sequence[str] = ("the output",), row_gap: int = 0, isolate: bool | None = None,
-                timeout: float = 300.0, label: str | None = None, **kwargs: Any) -> dict[str, Any]:
+                timeout: float = WALL_LIMIT, cpu_limit: float = CPU_LIMIT, label: str | None = None,
+                **kwargs: Any) -> dict[str, Any]:
     """Call ``fn(*inputs, **kwargs)`` on guarded copies of the inputs; return ``{"result", "report", ...}``.
 
     ``isolate`` (default: True without CUDA) runs the call in a child process, so a crash raises
     :class:`GradingError` here ("your kernel crashed the process ...") instead of killing the
-    notebook. Out-of-bounds findings are returned in ``report`` (a :class:`GuardReport`), not raised.
+    notebook, and a call that computes for ``cpu_limit`` seconds (or waits ``timeout``) is stopped,
+    with a line on stdout every :data:`HEARTBEAT` seconds meanwhile. Out-of-bounds findings are
+    returned in ``report`` (a :class:`GuardReport`), not raised. Warnings go to stdout, never stderr.
     """
     label = label or getattr(fn, "__name__", "your function")
     names = list(names) if names is not None else [f"input {i}" for i in range(len(inputs))]
     if isolate is None:
         isolate = not has_cuda()
     if not isolate:
-        return _guarded_call(fn, inputs, names, output_names, row_gap, kwargs, label)
+        out = _quiet_call(fn, inputs, names, output_names, row_gap, kwargs, label)
+        _show_warnings(out)
+        return out
     try:
-        out = run_isolated(_packed_call, fn, inputs, names, output_names, row_gap, kwargs, label, timeout=timeout)
+        out = run_isolated(_packed_call, fn, inputs, names, output_names, row_gap, kwargs, label, timeout=timeout,
+                           cpu_limit=cpu_limit, heartbeat=HEARTBEAT, what=label)
         out["result"] = _unpack(out["result"])
+        _show_warnings(out)
         return out
     except GradingError as exc:
         msg = str(exc)
@@ -475,8 +515,12 @@ def run_guarded(fn: Callable[..., Any], inputs: Sequence[Any], *, names: Sequenc
                 "This is almost always a load or store far outside a tensor: check every mask, the strides and "
                 "the grid. (The check ran in a separate process, so only this check is lost.)") from None
         if "within" in msg and "did not" in msg:
-            raise GradingError(f"{label}: did not finish within {timeout:g} s (an endless loop in the kernel or "
-                               "the launcher? a grid far too large?)") from None
+            spent = msg.split("stopped after ", 1)[-1].split(" (infinite", 1)[0] if "stopped after" in msg \
+                else f"{timeout:g} s"
+            raise GradingError(f"{label}: stopped after {spent} without finishing (the check's own call takes a few "
+                               "seconds): an endless loop in the kernel or the launcher? (a loop whose counter never "
+                               "reaches its bound, a while loop on a value that never changes, a grid far too "
+                               "large?)") from None
         raise
 
 
