@@ -48,6 +48,7 @@ __all__ = [
     "accumulation_probe",
     "check_accumulation",
     "assert_plausible_rate",
+    "check_rate_arithmetic",
     "check_chain_arities",
     "explain_exception",
 ]
@@ -643,6 +644,44 @@ def assert_plausible_rate(label: str, claimed: Any, flops: Any, seconds_now: flo
         raise GradingError(
             f"{label}: your achieved rate is {value:.4g} FLOP/s but timing it again here gives {now:.4g} FLOP/s, "
             f"{ratio:.3g} times that{hint}; divide the FLOPs by the median time in seconds (t.median)")
+
+
+def check_rate_arithmetic(label: str, claimed: Any, flops: Any, timing: Any) -> None:
+    """Fail unless ``claimed`` FLOP/s is ``flops`` over one of the learner's own measured times.
+
+    ``timing`` is the :class:`mlsys.bench.Timing` the learner's code measured (``times`` in seconds).
+    Any time between its fastest and slowest call is accepted (median, mean or best: all honest), with
+    0.5% for rounding. Nothing is timed again, so the check does not depend on the machine being idle:
+    it checks the arithmetic, and names the slip from the ratio found (1000: ms for s; 10^6: us for s;
+    2: MACs for FLOPs; 8: bits for bytes).
+    """
+    value = claimed.to("FLOP/s").magnitude if hasattr(claimed, "to") else float(claimed)
+    f = flops.to("FLOP").magnitude if hasattr(flops, "to") else float(flops)
+    times = [float(t) for t in getattr(timing, "times", ())]
+    if not times or not all(t > 0 and math.isfinite(t) for t in times):
+        raise GradingError(f"{label}: expected the Timing your code measured (positive times in seconds), "
+                           f"found {timing!r:.120}")
+    per_call = getattr(timing, "per_call", 1) or 1
+    fast, slow = min(times) / per_call, max(times) / per_call
+    median = float(getattr(timing, "median", sorted(times)[len(times) // 2] / per_call))
+    lo, hi = f / slow * 0.995, f / fast * 1.005
+    if lo <= value <= hi:
+        return
+    want = f / median
+    ratio = value / want if want else math.inf
+    hints = [(1e-3, "a time in ms used as seconds (the times of time_fn are in seconds)"),
+             (1e3, "a time in seconds divided by 1000, or taken as ms"),
+             (1e-6, "a time in us used as seconds"), (1e6, "a time in seconds taken as us"),
+             (0.5, "MACs counted instead of FLOPs? (use the FLOPs your counts give, 2mnk for a matmul)"),
+             (2.0, "FLOPs counted twice?"), (1 / 8, "bits instead of bytes somewhere?"), (8.0, "bits instead of bytes?")]
+    cause = next((h for r, h in hints if 0.7 * r <= ratio <= 1.4 * r), None)
+    if cause is None and not math.isfinite(value):
+        cause = "a time of zero?"
+    raise GradingError(
+        f"{label}: expected your FLOPs ({f:.4g}) over your own measured median time ({median:.4g} s) = {want:.4g} "
+        f"FLOP/s (any time between your fastest and slowest call is accepted), found {value:.4g} FLOP/s, "
+        f"{ratio:.3g} times that" + (f": likely {cause}" if cause else
+                                     ": is the point made from the FLOPs of this operation and its own time?"))
 
 
 def check_chain_arities(arities: Any, *, ops: int, outside_tensors: int, label: str = "arities") -> None:
