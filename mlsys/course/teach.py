@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import audit, sandbox
+from . import audit, feedback_marks, sandbox  # feedback_marks: issue 30
 from .grading import NOT_GRADED
 
 __all__ = ["labs_root", "lab_names", "release", "check_release", "grade", "score_notebook", "Row", "main"]
@@ -487,6 +487,9 @@ def _grade_one(student: str, lab: str, labdir: Path, base: Path, work: Path, roo
         if rc == 0 and fb.is_dir():
             for html in fb.glob("*.html"):
                 _annotate_feedback(html, row)
+                # issue 30: cells without a score yet read "not graded here" / "pending", not 0.0
+                html.write_text(feedback_marks.relabel(html.read_text(encoding="utf-8"),
+                                                       feedback_marks.ungraded_cells(graded_nb)), encoding="utf-8")
             ftarget = root / "feedback" / student / lab
             if ftarget.exists():
                 shutil.rmtree(ftarget)
