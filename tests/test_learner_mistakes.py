@@ -349,3 +349,83 @@ def test_guard_report_locates_stores_between_rows():
     with pytest.raises(GradingError, match=r"wrote 1 element past the end of out"):
         checks.check_kernel(writes_past_each_row, (a,), torch.ones(3, 4), names=("a",), output_names=("out",),
                             isolate=False)
+
+
+def test_rate_arithmetic_uses_the_learners_own_times():
+    from mlsys import Q_
+    from mlsys.bench.timing import Timing
+    from mlsys.course import checks
+    from mlsys.course.grading import GradingError
+
+    # 1e9 FLOP timed at 2, 2.5 and 4 ms: any rate from 1e9 / 4 ms = 2.5e11 to 1e9 / 2 ms = 5e11 is honest
+    t = Timing(what="op", method="perf_counter", times=(2e-3, 2.5e-3, 4e-3), warmup=0, flush="none")
+    for rate in (2.5e11, 4e11, 5e11):
+        checks.check_rate_arithmetic("op", Q_(rate, "FLOP/s"), Q_(1e9, "FLOP"), t)
+    with pytest.raises(GradingError, match="ms used as seconds"):  # 1e9 / 2.5 s
+        checks.check_rate_arithmetic("op", Q_(4e8, "FLOP/s"), Q_(1e9, "FLOP"), t)
+    with pytest.raises(GradingError, match="MACs counted instead of FLOPs"):  # 5e8 / 2.5 ms
+        checks.check_rate_arithmetic("op", Q_(2e11, "FLOP/s"), Q_(1e9, "FLOP"), t)
+
+
+def _raises_backend_timeout():
+    raise RuntimeError("[../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 30000ms "
+                       "for recv operation to complete")
+
+
+def _sends_past_the_last_rank():
+    import torch
+    import torch.distributed as dist
+
+    r = dist.get_rank()
+    dist.isend(torch.ones(2), r + 1).wait()  # no % p: rank p - 1 sends to rank p
+
+
+@pytest.mark.slow
+def test_launcher_names_deadlocks_and_invalid_ranks_one_way():
+    pytest.importorskip("torch")
+    from mlsys.course.launch import LaunchError, LaunchTimeout, launch
+
+    # gloo's own receive timeout reads as the launcher's deadlock message, not a 15-line traceback
+    with pytest.raises(LaunchTimeout, match=r"ranks \[0, 1\] of 2 did not finish within 7 s.*A deadlock\?"):
+        launch(_raises_backend_timeout, 2, timeout=7)
+    # a peer that does not exist is named at once, not after the deadline
+    with pytest.raises(LaunchError, match=r"rank 2 of 3 called isend to rank 3, which does not exist.*% p"):
+        launch(_sends_past_the_last_rank, 3, timeout=20)
+
+
+def _spin_forever(x):
+    while True:
+        x = x + 1
+
+
+def test_an_endless_loop_is_stopped_by_its_computation_time_with_signs_of_life(capsys):
+    torch = pytest.importorskip("torch")
+    from mlsys.course import checks
+    from mlsys.course.grading import GradingError
+
+    old = checks.HEARTBEAT
+    checks.HEARTBEAT = 1.0
+    try:
+        with pytest.raises(GradingError, match=r"stopped after \d+ s of computation.*endless loop"):
+            checks.check_kernel(_spin_forever, (torch.ones(3),), torch.ones(3), names=("x",), cpu_limit=2.5,
+                                isolate=True)
+    finally:
+        checks.HEARTBEAT = old
+    assert "still running after" in capsys.readouterr().out
+
+
+def _warns(x):
+    import warnings
+
+    warnings.warn("a warning from the course's own code", UserWarning, stacklevel=1)
+    return x.clone()
+
+
+@pytest.mark.parametrize("isolate", [True, False])
+def test_warnings_during_a_check_never_reach_stderr(capfd, isolate):
+    torch = pytest.importorskip("torch")
+    from mlsys.course import checks
+
+    checks.check_kernel(_warns, (torch.ones(3),), torch.ones(3), names=("x",), isolate=isolate)
+    out, err = capfd.readouterr()
+    assert err == "" and "a warning from the course's own code" in out  # nbgrader zeroes a cell on any stderr
