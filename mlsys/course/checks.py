@@ -60,6 +60,7 @@ __all__ = [
     "check_dp",
     "check_scores_far_below_zero",
     "check_running_sums_fp32",
+    "in_zero_padding",
 ]
 
 MAGIC = -12288.0
@@ -1093,3 +1094,17 @@ def check_running_sums_fp32(acc_from_0: Any, l_from_0: Any, acc_from_big: Any, l
                 f"at {big:g} is {2.0 ** (math.floor(math.log2(big)) - 10):g}, so a long sequence's later keys are "
                 "lost). Keep acc, l and m in fp32 (tl.float32) and convert only the block of probabilities p to "
                 "V's dtype for tl.dot")
+
+
+def in_zero_padding(t: Any, pad: int = 4096) -> Any:
+    """A contiguous copy of ``t`` at the start of a zero-filled buffer ``pad`` elements longer.
+
+    For checks of one property (a causal mask, fp16 stability) whose inputs would otherwise be followed
+    by arbitrary memory: a read past the end (a missing load mask, charged by the check that uses guard
+    buffers) then reads zeros, which a masked score ignores, instead of NaN that would cost this check too.
+    """
+    torch = _torch()
+    buf = torch.zeros(t.numel() + pad, dtype=t.dtype, device=t.device)
+    view = buf[:t.numel()].view(t.shape)
+    view.copy_(t)
+    return view
