@@ -1,4 +1,4 @@
-"""A corpus of typical learner mistakes in Labs 1-3: each costs exactly its exercise's points.
+"""A corpus of typical learner mistakes in Labs 1-5: each costs exactly its exercise's points.
 
 Every mistake is injected into the instructor notebook (a small edit of one solution cell), the
 notebook runs as a kernel would (every code cell in order, in one namespace, in a child process so
@@ -29,11 +29,16 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 LABS = REPO / "labs" / "source"
-NOTEBOOKS = {lab: LABS / lab / f"{lab}.ipynb" for lab in ("lab1_roofline", "lab2_tiled_matmul", "lab3_fusion")}
+NOTEBOOKS = {lab: LABS / lab / f"{lab}.ipynb" for lab in ("lab1_roofline", "lab2_tiled_matmul", "lab3_fusion",
+                                                           "lab4_collectives", "lab5_attention")}
 
-# cells that take time and grade nothing (plots and benchmarks of the reference kernels)
+# cells that take time and grade nothing (plots and benchmarks of the reference kernels), and, in Lab 4, the
+# data-parallel check, which no mistake below touches (its DDP processes take ten seconds or more)
 HEAVY = {"lab1_roofline": ("plot",), "lab2_tiled_matmul": ("benchmark", "tma_check", "smem_table"),
-         "lab3_fusion": ("compare", "count_show")}
+         "lab3_fusion": ("compare", "count_show"),
+         "lab4_collectives": ("ring_demo", "measure", "recorded", "overlap_measure", "scaling",
+                              "test_data_parallel_step"),
+         "lab5_attention": ("measure", "plot", "recorded_gap")}
 
 
 def _src(cell: dict) -> str:
@@ -103,6 +108,41 @@ MISTAKES = [
             "    x_again = tl.load(x_ptr + row * row_stride + cols, mask=mask, other=-float(\"inf\")).to(tl.float32)\n"
             "    numerator = tl.exp(x_again - tl.max(x, axis=0))\n",
             frozenset({"test_softmax"}), r"loaded \d[\d,]* elements of x, 2 times"),
+    # Lab 4: the ring all-reduce. A slip that breaks the ring for every size costs both ring exercises (there is
+    # no ring); a dtype slip costs test_ring only, where the dtypes are checked.
+    Mistake("lab4_collectives", "scratch buffer always float32", "ring",
+            "dtype=flat.dtype, device=flat.device)", "dtype=torch.float32, device=flat.device)",
+            frozenset({"test_ring"}), r"right in float32 but not in float64.*dtype=flat\.dtype"),
+    Mistake("lab4_collectives", "neighbours without % p", "ring",
+            "right, left = (r + 1) % p, (r - 1) % p", "right, left = r + 1, r - 1",
+            frozenset({"test_ring", "test_ring_uneven"}), r"rank -?\d+, which does not exist.*% p"),
+    Mistake("lab4_collectives", "reduce-scatter one step short", "ring",
+            "for s in range(p - 1):  # reduce-scatter", "for s in range(p - 2):  # reduce-scatter",
+            frozenset({"test_ring", "test_ring_uneven"}), r"sends 2\(p - 1\).*step counts"),
+    Mistake("lab4_collectives", "all-gather with the reduce-scatter's indices", "ring",
+            "exchange((r + 1 - s) % p, (r - s) % p, reduce=False)", "exchange((r - s) % p, (r - s - 1) % p, reduce=False)",
+            frozenset({"test_ring", "test_ring_uneven"}), r"in all-gather step \d+, rank \d+ sent a chunk .*indices"),
+    Mistake("lab4_collectives", "receive buffer read before its request completed", "ring",
+            "        for req in dist.batch_isend_irecv(ops) if ops else []:\n            req.wait()\n"
+            "        if reduce and recv.numel():\n            recv += scratch[:recv.numel()]\n",
+            "        reqs = dist.batch_isend_irecv(ops) if ops else []\n        if reduce and recv.numel():\n"
+            "            recv += scratch[:recv.numel()]\n        for req in reqs:\n            req.wait()\n",
+            frozenset({"test_ring", "test_ring_uneven"}), r"before its\s+request completed"),
+    # Lab 5: the attention kernel
+    Mistake("lab5_attention", "running max starts at 0", "attention_kernel",
+            'm_i = tl.full([BLOCK_M], float("-inf"), tl.float32)', "m_i = tl.zeros([BLOCK_M], tl.float32)",
+            frozenset({"test_attention"}), r"every score near -400.*running max starts at 0 instead of -inf"),
+    Mistake("lab5_attention", "no mask on the key tail", "attend_blocks",
+            ("k = tl.load(k_base + kv_offsets, mask=cols[:, None] < N_CTX, other=0.0)",
+             "v = tl.load(v_base + kv_offsets, mask=cols[:, None] < N_CTX, other=0.0)"),
+            ("k = tl.load(k_base + kv_offsets)", "v = tl.load(v_base + kv_offsets)"),
+            frozenset({"test_attention"}), r"read \d+ elements? past the end of [kv]\b.*check the load mask"),
+    Mistake("lab5_attention", "no causal mask", "attend_blocks",
+            "                keep = keep & (cols[None, :] <= offs_m[:, None])\n", "                pass\n",
+            frozenset({"test_attention_causal"}), r"causal"),
+    Mistake("lab5_attention", "running sums held in the input dtype (fp16)", "attend_blocks",
+            "acc = tl.dot(p.to(v.dtype), v, acc)  # fp32 accumulation", "acc = (acc + tl.dot(p.to(v.dtype), v)).to(v.dtype)",
+            frozenset({"test_attention_fp16_stable"}), r"running acc .*fp16 accumulation"),
 ]
 
 
@@ -170,7 +210,7 @@ def run_notebook(path: Path, skip: tuple[str, ...], timeout: float = 900) -> dic
 @pytest.mark.parametrize("mistakes", GROUPS, ids=[" + ".join(f"{m.lab}: {m.name}" for m in g) for g in GROUPS])
 def test_each_mistake_costs_its_exercise_and_names_itself(mistakes, tmp_path):
     graded = run_notebook(_inject(mistakes, tmp_path), HEAVY[mistakes[0].lab])
-    failed = {gid for gid, r in graded.items() if r["status"] != "ok"}
+    failed = {gid for gid, r in graded.items() if r["status"] not in ("ok", "skipped")}
     points = {gid: r["points"] for gid, r in graded.items()}
     expected = set().union(*(m.lost for m in mistakes))
     assert failed == expected, (
@@ -309,3 +349,83 @@ def test_guard_report_locates_stores_between_rows():
     with pytest.raises(GradingError, match=r"wrote 1 element past the end of out"):
         checks.check_kernel(writes_past_each_row, (a,), torch.ones(3, 4), names=("a",), output_names=("out",),
                             isolate=False)
+
+
+def test_rate_arithmetic_uses_the_learners_own_times():
+    from mlsys import Q_
+    from mlsys.bench.timing import Timing
+    from mlsys.course import checks
+    from mlsys.course.grading import GradingError
+
+    # 1e9 FLOP timed at 2, 2.5 and 4 ms: any rate from 1e9 / 4 ms = 2.5e11 to 1e9 / 2 ms = 5e11 is honest
+    t = Timing(what="op", method="perf_counter", times=(2e-3, 2.5e-3, 4e-3), warmup=0, flush="none")
+    for rate in (2.5e11, 4e11, 5e11):
+        checks.check_rate_arithmetic("op", Q_(rate, "FLOP/s"), Q_(1e9, "FLOP"), t)
+    with pytest.raises(GradingError, match="ms used as seconds"):  # 1e9 / 2.5 s
+        checks.check_rate_arithmetic("op", Q_(4e8, "FLOP/s"), Q_(1e9, "FLOP"), t)
+    with pytest.raises(GradingError, match="MACs counted instead of FLOPs"):  # 5e8 / 2.5 ms
+        checks.check_rate_arithmetic("op", Q_(2e11, "FLOP/s"), Q_(1e9, "FLOP"), t)
+
+
+def _raises_backend_timeout():
+    raise RuntimeError("[../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 30000ms "
+                       "for recv operation to complete")
+
+
+def _sends_past_the_last_rank():
+    import torch
+    import torch.distributed as dist
+
+    r = dist.get_rank()
+    dist.isend(torch.ones(2), r + 1).wait()  # no % p: rank p - 1 sends to rank p
+
+
+@pytest.mark.slow
+def test_launcher_names_deadlocks_and_invalid_ranks_one_way():
+    pytest.importorskip("torch")
+    from mlsys.course.launch import LaunchError, LaunchTimeout, launch
+
+    # gloo's own receive timeout reads as the launcher's deadlock message, not a 15-line traceback
+    with pytest.raises(LaunchTimeout, match=r"ranks \[0, 1\] of 2 did not finish within 7 s.*A deadlock\?"):
+        launch(_raises_backend_timeout, 2, timeout=7)
+    # a peer that does not exist is named at once, not after the deadline
+    with pytest.raises(LaunchError, match=r"rank 2 of 3 called isend to rank 3, which does not exist.*% p"):
+        launch(_sends_past_the_last_rank, 3, timeout=20)
+
+
+def _spin_forever(x):
+    while True:
+        x = x + 1
+
+
+def test_an_endless_loop_is_stopped_by_its_computation_time_with_signs_of_life(capsys):
+    torch = pytest.importorskip("torch")
+    from mlsys.course import checks
+    from mlsys.course.grading import GradingError
+
+    old = checks.HEARTBEAT
+    checks.HEARTBEAT = 1.0
+    try:
+        with pytest.raises(GradingError, match=r"stopped after \d+ s of computation.*endless loop"):
+            checks.check_kernel(_spin_forever, (torch.ones(3),), torch.ones(3), names=("x",), cpu_limit=2.5,
+                                isolate=True)
+    finally:
+        checks.HEARTBEAT = old
+    assert "still running after" in capsys.readouterr().out
+
+
+def _warns(x):
+    import warnings
+
+    warnings.warn("a warning from the course's own code", UserWarning, stacklevel=1)
+    return x.clone()
+
+
+@pytest.mark.parametrize("isolate", [True, False])
+def test_warnings_during_a_check_never_reach_stderr(capfd, isolate):
+    torch = pytest.importorskip("torch")
+    from mlsys.course import checks
+
+    checks.check_kernel(_warns, (torch.ones(3),), torch.ones(3), names=("x",), isolate=isolate)
+    out, err = capfd.readouterr()
+    assert err == "" and "a warning from the course's own code" in out  # nbgrader zeroes a cell on any stderr

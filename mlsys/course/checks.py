@@ -50,6 +50,17 @@ __all__ = [
     "assert_plausible_rate",
     "check_chain_arities",
     "explain_exception",
+    "check_rate_arithmetic",
+    "COLLECTIVES",
+    "FORBIDDEN_COLLECTIVES",
+    "compare_with_library",
+    "diagnose_ring",
+    "check_ring",
+    "make_mlp",
+    "check_dp",
+    "check_scores_far_below_zero",
+    "check_running_sums_fp32",
+    "in_zero_padding",
 ]
 
 MAGIC = -12288.0
@@ -424,6 +435,26 @@ def _guarded_call(fn: Callable[..., Any], inputs: Sequence[Any], names: Sequence
     return {"result": result, "report": rep, "error": error, "tracked": tracker.active}
 
 
+def _quiet_call(*args: Any) -> dict[str, Any]:
+    """:func:`_guarded_call` with every warning collected into ``out["warnings"]`` instead of printed.
+
+    nbgrader scores a test cell that writes anything to stderr as failed, so a warning raised while a
+    check runs (by torch, Triton or this module) must never reach stderr: it is shown on stdout.
+    """
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = _guarded_call(*args)
+    out["warnings"] = sorted({f"{w.category.__name__}: {w.message}" for w in caught})
+    return out
+
+
+def _show_warnings(out: dict[str, Any]) -> None:
+    for text in out.get("warnings", [])[:3]:
+        print(f"note (not a failure): a warning while the check ran: {text[:300]}")
+
+
 def _packed_call(*args: Any) -> dict[str, Any]:
     """:func:`_guarded_call` with the result serialised to bytes (a tensor crosses the pipe as plain data)."""
     import io
@@ -431,7 +462,7 @@ def _packed_call(*args: Any) -> dict[str, Any]:
     # A forked child must not wait on the parent's thread pools (OpenMP, BLAS): their worker threads
     # do not exist here, and a parallel region would block forever. One thread is plenty for small checks.
     _torch().set_num_threads(1)
-    out = _guarded_call(*args)
+    out = _quiet_call(*args)
     torch = _torch()
     if isinstance(out["result"], torch.Tensor):
         buf = io.BytesIO()
@@ -448,24 +479,44 @@ def _unpack(value: Any) -> Any:
     return value
 
 
+CPU_LIMIT = 60.0
+"""Seconds of computation after which a guarded call is stopped as an endless loop. The largest honest
+check of the labs computes for a few seconds under the interpreter; CPU time, unlike waiting time,
+does not grow on a busy machine, so this limit never fails honest work on a loaded laptop."""
+
+WALL_LIMIT = 240.0
+"""Seconds of waiting after which a guarded call is stopped whatever its CPU time (well under the
+five minutes after which a learner would give up, and under nbgrader's per-cell timeout)."""
+
+HEARTBEAT = 15.0
+"""Seconds between the "still running" lines a long guarded call prints on stdout."""
+
+
 def run_guarded(fn: Callable[..., Any], inputs: Sequence[Any], *, names: Sequence[str] | None = None,
                 output_names: Sequence[str] = ("the output",), row_gap: int = 0, isolate: bool | None = None,
-                timeout: float = 300.0, label: str | None = None, **kwargs: Any) -> dict[str, Any]:
+                timeout: float = WALL_LIMIT, cpu_limit: float = CPU_LIMIT, label: str | None = None,
+                **kwargs: Any) -> dict[str, Any]:
     """Call ``fn(*inputs, **kwargs)`` on guarded copies of the inputs; return ``{"result", "report", ...}``.
 
     ``isolate`` (default: True without CUDA) runs the call in a child process, so a crash raises
     :class:`GradingError` here ("your kernel crashed the process ...") instead of killing the
-    notebook. Out-of-bounds findings are returned in ``report`` (a :class:`GuardReport`), not raised.
+    notebook, and a call that computes for ``cpu_limit`` seconds (or waits ``timeout``) is stopped,
+    with a line on stdout every :data:`HEARTBEAT` seconds meanwhile. Out-of-bounds findings are
+    returned in ``report`` (a :class:`GuardReport`), not raised. Warnings go to stdout, never stderr.
     """
     label = label or getattr(fn, "__name__", "your function")
     names = list(names) if names is not None else [f"input {i}" for i in range(len(inputs))]
     if isolate is None:
         isolate = not has_cuda()
     if not isolate:
-        return _guarded_call(fn, inputs, names, output_names, row_gap, kwargs, label)
+        out = _quiet_call(fn, inputs, names, output_names, row_gap, kwargs, label)
+        _show_warnings(out)
+        return out
     try:
-        out = run_isolated(_packed_call, fn, inputs, names, output_names, row_gap, kwargs, label, timeout=timeout)
+        out = run_isolated(_packed_call, fn, inputs, names, output_names, row_gap, kwargs, label, timeout=timeout,
+                           cpu_limit=cpu_limit, heartbeat=HEARTBEAT, what=label)
         out["result"] = _unpack(out["result"])
+        _show_warnings(out)
         return out
     except GradingError as exc:
         msg = str(exc)
@@ -475,8 +526,12 @@ def run_guarded(fn: Callable[..., Any], inputs: Sequence[Any], *, names: Sequenc
                 "This is almost always a load or store far outside a tensor: check every mask, the strides and "
                 "the grid. (The check ran in a separate process, so only this check is lost.)") from None
         if "within" in msg and "did not" in msg:
-            raise GradingError(f"{label}: did not finish within {timeout:g} s (an endless loop in the kernel or "
-                               "the launcher? a grid far too large?)") from None
+            spent = msg.split("stopped after ", 1)[-1].split(" (infinite", 1)[0] if "stopped after" in msg \
+                else f"{timeout:g} s"
+            raise GradingError(f"{label}: stopped after {spent} without finishing (the check's own call takes a few "
+                               "seconds): an endless loop in the kernel or the launcher? (a loop whose counter never "
+                               "reaches its bound, a while loop on a value that never changes, a grid far too "
+                               "large?)") from None
         raise
 
 
@@ -601,6 +656,44 @@ def assert_plausible_rate(label: str, claimed: Any, flops: Any, seconds_now: flo
             f"{ratio:.3g} times that{hint}; divide the FLOPs by the median time in seconds (t.median)")
 
 
+def check_rate_arithmetic(label: str, claimed: Any, flops: Any, timing: Any) -> None:
+    """Fail unless ``claimed`` FLOP/s is ``flops`` over one of the learner's own measured times.
+
+    ``timing`` is the :class:`mlsys.bench.Timing` the learner's code measured (``times`` in seconds).
+    Any time between its fastest and slowest call is accepted (median, mean or best: all honest), with
+    0.5% for rounding. Nothing is timed again, so the check does not depend on the machine being idle:
+    it checks the arithmetic, and names the slip from the ratio found (1000: ms for s; 10^6: us for s;
+    2: MACs for FLOPs; 8: bits for bytes).
+    """
+    value = claimed.to("FLOP/s").magnitude if hasattr(claimed, "to") else float(claimed)
+    f = flops.to("FLOP").magnitude if hasattr(flops, "to") else float(flops)
+    times = [float(t) for t in getattr(timing, "times", ())]
+    if not times or not all(t > 0 and math.isfinite(t) for t in times):
+        raise GradingError(f"{label}: expected the Timing your code measured (positive times in seconds), "
+                           f"found {timing!r:.120}")
+    per_call = getattr(timing, "per_call", 1) or 1
+    fast, slow = min(times) / per_call, max(times) / per_call
+    median = float(getattr(timing, "median", sorted(times)[len(times) // 2] / per_call))
+    lo, hi = f / slow * 0.995, f / fast * 1.005
+    if lo <= value <= hi:
+        return
+    want = f / median
+    ratio = value / want if want else math.inf
+    hints = [(1e-3, "a time in ms used as seconds (the times of time_fn are in seconds)"),
+             (1e3, "a time in seconds divided by 1000, or taken as ms"),
+             (1e-6, "a time in us used as seconds"), (1e6, "a time in seconds taken as us"),
+             (0.5, "MACs counted instead of FLOPs? (use the FLOPs your counts give, 2mnk for a matmul)"),
+             (2.0, "FLOPs counted twice?"), (1 / 8, "bits instead of bytes somewhere?"), (8.0, "bits instead of bytes?")]
+    cause = next((h for r, h in hints if 0.7 * r <= ratio <= 1.4 * r), None)
+    if cause is None and not math.isfinite(value):
+        cause = "a time of zero?"
+    raise GradingError(
+        f"{label}: expected your FLOPs ({f:.4g}) over your own measured median time ({median:.4g} s) = {want:.4g} "
+        f"FLOP/s (any time between your fastest and slowest call is accepted), found {value:.4g} FLOP/s, "
+        f"{ratio:.3g} times that" + (f": likely {cause}" if cause else
+                                     ": is the point made from the FLOPs of this operation and its own time?"))
+
+
 def check_chain_arities(arities: Any, *, ops: int, outside_tensors: int, label: str = "arities") -> None:
     """Check the structure of an element-wise chain's arities without giving the answer away.
 
@@ -621,3 +714,397 @@ def check_chain_arities(arities: Any, *, ops: int, outside_tensors: int, label: 
             f"{label}: this chain reads {outside_tensors} tensor{'s' if outside_tensors != 1 else ''} from outside it, "
             f"but your arities count {reads_outside} (op 0 reads only outside tensors; op i > 0 reads the previous "
             "result, which counts as one of its inputs, plus arities[i] - 1 outside tensors)")
+
+
+# ----------------------------------------------------------------------------------------------
+# collectives (Lab 4): a ring all-reduce and a data-parallel step, run on fresh inputs in every rank
+
+COLLECTIVES = ("all_reduce", "reduce_scatter", "reduce_scatter_tensor", "all_gather", "all_gather_into_tensor",
+               "reduce", "broadcast", "all_to_all", "all_to_all_single", "all_reduce_coalesced", "gather", "scatter")
+"""The collectives of ``torch.distributed`` a hand-built ring must not call."""
+
+FORBIDDEN_COLLECTIVES = frozenset({f"torch.distributed*.{c}" for c in COLLECTIVES} | {f".{c}" for c in COLLECTIVES})
+
+_TAG_BASE = 5
+"""Rank r's diagnostic input is ``5**r * (1 + i % 7)``: a sum's base-5 digits count each rank's share
+(exact in float32 for up to four ranks: at most 7 * (1 + 5 + 25 + 125) = 1092)."""
+
+
+def compare_with_library(fn: Callable[..., Any], lengths: Sequence[int], seed: int,
+                         dtypes: Sequence[str] = ("float32",)) -> list[tuple[Any, ...]]:
+    """In each rank: for each length and dtype, ``fn(x)`` vs ``dist.all_reduce(x)`` on random data.
+
+    While ``fn`` runs, every collective of ``torch.distributed`` is replaced by a trap, so a ring that
+    calls one fails. Returns ``(dtype, n, returned, x after the call, expected)`` per case.
+    """
+    torch = _torch()
+    import torch.distributed as d
+    import torch.distributed.distributed_c10d as c10d
+
+    r = d.get_rank()
+    originals = {c: getattr(d, c) for c in COLLECTIVES if hasattr(d, c)}
+    modules = (d, c10d)  # the collectives are reachable under both names
+
+    def trap(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("the ring called a collective of torch.distributed; build it from send/recv")
+
+    report = []
+    for dtype in dtypes:
+        for n in lengths:
+            g = torch.Generator().manual_seed(seed + 7919 * r + n)
+            if dtype.startswith("int"):
+                x = torch.randint(-1000, 1000, (n,), generator=g, dtype=getattr(torch, dtype))
+            else:
+                x = torch.randn(n, generator=g, dtype=getattr(torch, dtype))
+            want = x.clone()
+            originals["all_reduce"](want)
+            mine = x.clone()
+            for m in modules:
+                for c in originals:
+                    setattr(m, c, trap)
+            try:
+                out = fn(mine)
+            finally:
+                for m in modules:
+                    for c, f in originals.items():
+                        setattr(m, c, f)
+            report.append((dtype, n, out if out is None else out.clone(), mine, want))
+    return report
+
+
+def _tagged_run(fn: Callable[..., Any], n: int) -> tuple[Any, list[tuple[int | None, Any]]]:
+    """In each rank: ``fn`` on the diagnostic input ``5**r * (1 + i % 7)`` (float32).
+
+    Returns the tensor afterwards and, for every message this rank sent, its offset in the tensor
+    (None if sent from another buffer) and a copy of its contents at the time of sending.
+    """
+    torch = _torch()
+    import torch.distributed as d
+    import torch.distributed.distributed_c10d as c10d
+
+    x = (_TAG_BASE ** d.get_rank()) * (1 + torch.arange(n) % 7).to(torch.float32)
+    sends: list[tuple[int | None, Any]] = []
+    originals = {k: getattr(c10d, k) for k in ("isend", "send")}
+
+    def recorder(orig: Callable[..., Any]) -> Callable[..., Any]:
+        def record(tensor: Any, *args: Any, **kwargs: Any) -> Any:
+            if isinstance(tensor, torch.Tensor) and tensor.numel():
+                same = tensor.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+                offset = (tensor.data_ptr() - x.data_ptr()) // x.element_size() if same else None
+                sends.append((offset, tensor.detach().clone()))
+            return orig(tensor, *args, **kwargs)
+        return record
+
+    wrapped = {k: recorder(f) for k, f in originals.items()}
+    for k, f in wrapped.items():  # the same object under both names, as P2POp checks its op by identity
+        setattr(c10d, k, f)
+        setattr(d, k, f)
+    try:
+        fn(x)
+    finally:
+        for k, f in originals.items():
+            setattr(c10d, k, f)
+            setattr(d, k, f)
+    return x, sends
+
+
+def _decode(values: Any, p: int, start: int = 0) -> list[tuple[int, ...] | None]:
+    """Per element (``start`` is the first one's index): how many times each rank's input went into it,
+    or None if it is no such sum."""
+    out: list[tuple[int, ...] | None] = []
+    for i, v in enumerate(values.reshape(-1).tolist(), start):
+        c = v / (1 + i % 7)
+        if not math.isfinite(c) or c < 0 or abs(c - round(c)) > 1e-3 or round(c) >= _TAG_BASE ** p:
+            out.append(None)
+            continue
+        c, digits = int(round(c)), []
+        for _ in range(p):
+            digits.append(c % _TAG_BASE)
+            c //= _TAG_BASE
+        out.append(tuple(digits))
+    return out
+
+
+def _shares(counts: tuple[int, ...] | None) -> str:
+    if counts is None:
+        return "no sum of the ranks' inputs"
+    parts = [f"rank {q}" + (f" x{k}" if k != 1 else "") for q, k in enumerate(counts) if k]
+    return "the sum of " + (", ".join(parts) if parts else "nothing")
+
+
+def _check_sends(sends: list[list[tuple[int | None, Any]]], p: int, n: int) -> str:
+    """What the messages each rank sent say about the step count and the chunks sent in each phase."""
+    if n < p:
+        return ""
+    expected = 2 * (p - 1)
+    for r, rank_sends in enumerate(sends):
+        if len(rank_sends) != expected:
+            return (f"rank {r} sent {len(rank_sends)} message{'s' if len(rank_sends) != 1 else ''}; a ring "
+                    f"all-reduce on {p} processes sends 2(p - 1) = {expected} per rank: p - 1 = {p - 1} "
+                    f"step{'s' if p != 2 else ''} of reduce-scatter, then p - 1 of "
+                    "all-gather. Check the step counts of both loops")
+    for r, rank_sends in enumerate(sends):
+        for k, (offset, data) in enumerate(rank_sends):
+            if offset is None:
+                continue
+            decoded = [c for c in _decode(data, p, offset) if c is not None]
+            if not decoded:
+                continue
+            found = max(set(decoded), key=decoded.count)
+            held = sum(1 for c in found if c)
+            if k < p - 1 and held != k + 1:
+                return (f"in reduce-scatter step {k}, rank {r} sent a chunk holding {_shares(found)}; expected "
+                        f"a chunk holding {k + 1} of the {p} inputs (its own, plus one more per step): check which "
+                        f"chunk each step sends, (r - s) % p in step s, and which it receives and adds, (r - s - 1) % p")
+            if k >= p - 1 and held != p:
+                return (f"in all-gather step {k - (p - 1)}, rank {r} sent a chunk holding {_shares(found)}, not yet "
+                        f"the sum of all {p} inputs: the all-gather must pass on finished chunks, starting with the "
+                        f"one this rank completed in the reduce-scatter, (r + 1) % p; check its indices")
+    return ""
+
+
+def diagnose_ring(fn: Callable[..., Any], p: int, n: int, *, timeout: float = 30.0) -> str:
+    """:func:`_diagnose_ring` at ``n``; for fewer elements than processes, where chunks are empty and the
+    messages say little, also at ``4p + 1`` elements."""
+    cause = _diagnose_ring(fn, p, n, timeout=timeout)
+    if n >= p or (cause and not cause.startswith("some elements miss")):
+        return cause
+    m = 4 * p + 1
+    other = _diagnose_ring(fn, p, m, timeout=timeout)
+    if other.startswith("on inputs of small integers"):
+        return (f"the ring is right for {m} elements but not for {n} < p = {p}, where some chunks are empty: both "
+                "the sender and the receiver of an empty chunk must skip it (or both send it)")
+    return f"{other} (found on a run of {m} elements)" if other else cause
+
+
+def _diagnose_ring(fn: Callable[..., Any], p: int, n: int, *, timeout: float = 30.0) -> str:
+    """Why a ring all-reduce gives wrong sums, from a run on inputs whose sums say which ranks they hold.
+
+    Rank r holds ``5**r * (1 + i % 7)``, so every element of a correct result has each rank's share
+    exactly once, and each message sent shows how many shares it carried. In order: two runs that
+    differ (a receive buffer read before its request completed); elements that are no such sum;
+    a wrong number of messages per rank (step count); a message with the wrong number of shares for
+    its step (chunk indices of either phase); only the last ``n % p`` elements wrong (chunk
+    boundaries); shares counted twice. Returns "" where nothing specific is found.
+    """
+    from .launch import LaunchError, launch
+
+    try:
+        runs = [launch(_tagged_run, p, fn, n, timeout=timeout) for _ in range(2)]
+    except LaunchError:
+        return ""
+    results = [[x for x, _ in run] for run in runs]
+    first = [_decode(t, p) for t in results[0]]
+    full = tuple([1] * p)
+    bad = [(r, i, c) for r, row in enumerate(first) for i, c in enumerate(row) if c != full]
+    if not bad:
+        return ("on inputs of small integers the ring is right: does it depend on the values (a buffer reused "
+                "across calls? rounding?)")
+    r0, i0, c0 = bad[0]
+    example = f"e.g. rank {r0}, element {i0}: {_shares(c0)}"
+    if any(not torch_equal(a, b) for a, b in zip(results[0], results[1], strict=True)):
+        return (f"the result changes from one run to the next ({example}): a receive buffer read before its "
+                "request completed? call wait() on every request of a step before reading (or adding) what it "
+                "received, and before sending from that buffer again")
+    if any(c is None for _, _, c in bad):
+        return (f"some elements hold no sum of the ranks' inputs ({example}): a receive buffer read before its "
+                "request completed (wait() first), or a scratch buffer used before it was filled")
+    sends = _check_sends([s for _, s in runs[0]], p, n)
+    if sends:
+        return f"{sends} ({example} at the end)"
+    tail = n - (n // p) * p
+    wrong = {i for _, i, _ in bad}
+    if n >= p and tail and wrong <= set(range(n - tail, n)):
+        return (f"only the last {tail} elements (n % p with n = {n}, p = {p}) are wrong ({example}): the chunks "
+                "do not cover the whole tensor: check the chunk boundaries (chunk_bounds)")
+    if any(max(c) > 1 for _, _, c in bad if c is not None):
+        return (f"some elements count a rank's input more than once ({example}): the reduce-scatter adds a chunk "
+                "twice, or the all-gather adds what it receives (it copies)")
+    return f"some elements miss some ranks' inputs ({example}): check both phases' chunk indices"
+
+
+def torch_equal(a: Any, b: Any) -> bool:
+    """Exact equality of two tensors, NaN equal to NaN (a garbage read is rarely the same twice)."""
+    torch = _torch()
+    return bool(torch.equal(torch.nan_to_num(a, nan=1.2345), torch.nan_to_num(b, nan=1.2345)))
+
+
+def check_ring(fn: Callable[..., Any], world_sizes: Sequence[int], lengths: Sequence[int],
+               dtypes: Sequence[str] = ("float32",), timeout: float = 30.0, what: str = "ring_allreduce") -> None:
+    """Run ``fn`` as an all-reduce on ``world_sizes`` processes for each length and dtype; fail with a cause.
+
+    float32 runs first; a ring right in float32 and wrong (or dying) in another dtype is reported as a
+    dtype slip. Wrong sums are explained by :func:`diagnose_ring`.
+    """
+    from .grading import assert_no_library_calls
+    from .launch import LaunchError, LaunchTimeout, launch
+
+    assert_no_library_calls(fn, forbidden=FORBIDDEN_COLLECTIVES, name=what)
+    torch = _torch()
+    order = sorted(dtypes, key=lambda d: d != "float32")
+    for p in world_sizes:
+        seed = int(torch.randint(0, 2**30, ()))
+        passed: list[str] = []
+        for dtype in order:
+            slip = (f" It is right in {passed[0]} but not in {dtype}: a buffer of a fixed dtype? (torch.empty(n) or "
+                    "dtype=torch.float32 is float32 whatever the input: allocate scratch buffers with "
+                    "dtype=flat.dtype, device=flat.device)") if passed else ""
+            try:
+                ranks = launch(compare_with_library, p, fn, lengths, seed, (dtype,), timeout=timeout)
+            except LaunchTimeout as exc:
+                raise GradingError(f"{what} with {p} processes on {dtype} did not finish: {exc}{slip}") from None
+            except LaunchError as exc:
+                raise GradingError(f"{what} with {p} processes on {dtype} failed: {exc}{slip}") from None
+            for r, rows in enumerate(ranks):
+                for dt, n, out, inplace, want in rows:
+                    where = f"{what}, {p} processes, rank {r}, {n} elements of {dt}"
+                    try:
+                        if out is None or not isinstance(out, torch.Tensor):
+                            raise GradingError(f"{where}: expected the summed tensor to be returned, found "
+                                               f"{type(out).__name__} (return tensor)")
+                        if out.dtype != want.dtype:
+                            raise GradingError(f"{where}: expected a result of dtype {want.dtype}, found {out.dtype}"
+                                               f".{slip}")
+                        tol = dict(rtol=1e-5, atol=1e-5) if dt != "float16" else dict(rtol=1e-2, atol=1e-2)
+                        assert_close(out, want, **tol, name=f"{where}, returned tensor")
+                        assert_close(inplace, want, **tol, name=f"{where}, in place (the input tensor itself)")
+                    except GradingError as exc:
+                        cause = slip.strip() if slip else diagnose_ring(fn, p, n, timeout=timeout)
+                        raise GradingError(f"{exc}" + (f"\nLikely cause: {cause}" if cause else "")) from None
+            passed.append(dtype)
+    print(f"{what}: correct for {len(lengths)} lengths x {len(dtypes)} dtypes on {list(world_sizes)} processes")
+
+
+def make_mlp(width: int = 32, depth: int = 3, seed: int = 0) -> Any:
+    """A small MLP (Linear, Tanh) x depth with reproducible weights."""
+    torch = _torch()
+    from torch import nn
+
+    torch.manual_seed(seed)
+    layers: list[Any] = []
+    for _ in range(depth):
+        layers += [nn.Linear(width, width), nn.Tanh()]
+    return nn.Sequential(*layers)
+
+
+def _dp_check(step_fn: Callable[..., Any], batch: int, seed: int) -> tuple[Any, int]:
+    """In each rank: step_fn's gradients, and the rows of the batch its model saw."""
+    torch = _torch()
+    g = torch.Generator().manual_seed(seed)
+    x, y = torch.randn(batch, 32, generator=g), torch.randn(batch, 32, generator=g)
+    model = make_mlp(seed=seed % 1000)
+    seen: list[int] = []
+    model.register_forward_pre_hook(lambda mod, args: seen.append(args[0].shape[0]))
+    grads = step_fn(model, x, y, 0.001)  # tiny buckets: several all-reduces per step
+    return [None if t is None else t.detach().clone() for t in grads], sum(seen)
+
+
+def _full_batch_grads(batch: int, seed: int) -> list[Any]:
+    torch = _torch()
+    g = torch.Generator().manual_seed(seed)
+    x, y = torch.randn(batch, 32, generator=g), torch.randn(batch, 32, generator=g)
+    model = make_mlp(seed=seed % 1000)
+    ((model(x) - y) ** 2).mean().backward()
+    return [param.grad for param in model.parameters()]
+
+
+def check_dp(step_fn: Callable[..., Any], world_sizes: Sequence[int], batch: int, timeout: float = 60.0) -> None:
+    """Every rank of a data-parallel step must end with the whole batch's gradient, having seen its share."""
+    from .launch import LaunchError, launch
+
+    torch = _torch()
+    for p in world_sizes:
+        seed = int(torch.randint(0, 2**30, ()))
+        try:
+            ranks = launch(_dp_check, p, step_fn, batch, seed, timeout=timeout)
+        except LaunchError as exc:
+            raise GradingError(f"data_parallel_step on {p} processes failed: {exc}") from None
+        # the reference runs in a child too: autograd in this process would start its device threads,
+        # after which forked ranks can no longer use autograd or CUDA
+        want = launch(_full_batch_grads, 1, batch, seed, timeout=timeout)[0]
+        for r, (grads, rows) in enumerate(ranks):
+            if rows != batch // p:
+                raise GradingError(f"rank {r} of {p}: expected the model to see its share of {batch // p} rows, "
+                                   f"it saw {rows}")
+            if not isinstance(grads, list) or len(grads) != len(want):
+                raise GradingError(f"rank {r}: expected a list of {len(want)} gradients, found {type(grads).__name__}")
+            for i, (got, exp) in enumerate(zip(grads, want, strict=True)):
+                assert_close(got, exp, rtol=1e-4, atol=1e-6,
+                             name=f"gradient {i} on rank {r} of {p} (the whole batch's gradient)")
+    print(f"data_parallel_step: correct on {list(world_sizes)} processes")
+
+
+# ----------------------------------------------------------------------------------------------
+# online softmax (Lab 5)
+
+
+def check_scores_far_below_zero(fn: Callable[..., Any], inputs: Sequence[Any], expected: Any, *,
+                                names: Sequence[str], lowest_score: float, rtol: float, atol: float,
+                                label: str) -> Any:
+    """Run ``fn`` (guarded) on inputs whose every score is far below zero; fail naming the initial max.
+
+    Softmax is unchanged by any shift, so an online softmax whose running max starts at 0 instead of
+    -inf is right whenever some score is near or above 0, and wrong only here: every exp(s - 0)
+    underflows to 0, the running sum stays 0 and the output is 0 / 0 (NaN) or garbage.
+    """
+    torch = _torch()
+    out = run_guarded(fn, inputs, names=names, output_names=("o",), label=label)
+    if out["error"]:
+        raise GradingError(out["error"])
+    problems = out["report"].problems()
+    if problems:
+        raise GradingError("\n".join(problems))
+    result = out["result"]
+    if not isinstance(result, torch.Tensor):
+        raise GradingError(f"{label}: expected a tensor, found {type(result).__name__}")
+    nonfinite = int((~torch.isfinite(result.float())).sum())
+    try:
+        assert_close(result, expected, rtol=rtol, atol=atol, name=label) if not nonfinite else None
+    except GradingError as exc:
+        found = str(exc).split(": ", 1)[-1]
+    else:
+        if not nonfinite:
+            return result
+        found = f"{nonfinite} of {result.numel()} outputs NaN/Inf"
+    raise GradingError(
+        f"{label}: every score is far below zero (down to about {lowest_score:.0f}); expected the softmax-weighted "
+        f"average of V as usual, found {found}. Likely cause: the running max starts at 0 instead of -inf. With "
+        "m = 0, exp(s - m) underflows to 0 for every key, the running sum l stays 0 and the output is 0 / 0. Start "
+        "it at -inf (tl.full([BLOCK_M], float(\"-inf\"), tl.float32)): the first block then sets it to its own max")
+
+
+def check_running_sums_fp32(acc_from_0: Any, l_from_0: Any, acc_from_big: Any, l_from_big: Any, *, big: float,
+                            label: str = "attend_blocks") -> None:
+    """Fail if the same key blocks add less to running sums that start at ``big`` than to sums starting at 0.
+
+    In fp32 both increments are equal (to rounding); held in fp16 between blocks, a sum of 2048
+    (spacing 2) absorbs each block's contribution of about 1, so the increment from ``big`` is ~0.
+    """
+    torch = _torch()
+    for name, small, large in (("acc", acc_from_0, acc_from_big), ("l", l_from_0, l_from_big)):
+        inc_small = small.double()
+        inc_large = large.double() - big
+        bad = (inc_large - inc_small).abs() > 1e-3 * inc_small.abs().clamp_min(1e-6)
+        if bool(bad.any()):
+            i = tuple(int(x) for x in torch.nonzero(bad)[0])
+            raise GradingError(
+                f"{label}: the same four key blocks add {float(inc_small[i]):.6g} to the running {name} when it starts "
+                f"at 0, but {float(inc_large[i]):.6g} when it starts at {big:g} (at index {i}); in fp32 both add the "
+                f"same. The running {name} is rounded to fp16 between blocks (fp16 accumulation: the spacing of fp16 "
+                f"at {big:g} is {2.0 ** (math.floor(math.log2(big)) - 10):g}, so a long sequence's later keys are "
+                "lost). Keep acc, l and m in fp32 (tl.float32) and convert only the block of probabilities p to "
+                "V's dtype for tl.dot")
+
+
+def in_zero_padding(t: Any, pad: int = 4096) -> Any:
+    """A contiguous copy of ``t`` at the start of a zero-filled buffer ``pad`` elements longer.
+
+    For checks of one property (a causal mask, fp16 stability) whose inputs would otherwise be followed
+    by arbitrary memory: a read past the end (a missing load mask, charged by the check that uses guard
+    buffers) then reads zeros, which a masked score ignores, instead of NaN that would cost this check too.
+    """
+    torch = _torch()
+    buf = torch.zeros(t.numel() + pad, dtype=t.dtype, device=t.device)
+    view = buf[:t.numel()].view(t.shape)
+    view.copy_(t)
+    return view

@@ -28,8 +28,10 @@ import importlib
 import inspect
 import math
 import multiprocessing as mp
+import os
 import sys
 import textwrap
+import time
 import types
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -606,13 +608,29 @@ def _child(conn: Any, fn: Callable[..., Any], args: tuple, kwargs: dict) -> None
         conn.close()
 
 
-def run_isolated(fn: Callable[..., Any], *args: Any, timeout: float = 120.0, **kwargs: Any) -> Any:
+def _cpu_seconds(pid: int) -> float | None:
+    """CPU time (user + system, seconds) a process has used so far, from /proc; None where unreadable."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def run_isolated(fn: Callable[..., Any], *args: Any, timeout: float = 120.0, cpu_limit: float | None = None,
+                 heartbeat: float | None = None, what: str | None = None, **kwargs: Any) -> Any:
     """Run ``fn(*args, **kwargs)`` in a child process and return its (picklable) result.
 
     A crash (segfault, ``os._exit``), a timeout or an exception in the child raises
     :class:`GradingError` here, so one test fails and the notebook goes on. Uses ``fork`` where
     available (functions defined in a notebook need no pickling); CUDA state does not survive a
     fork, so call this before touching the GPU in the parent, or use it for CPU work.
+
+    ``timeout`` bounds the wall-clock time. ``cpu_limit`` (seconds) also stops the child once it has
+    *computed* that long: CPU time does not grow when a busy machine shares the core, so a limit on
+    it stops an endless loop early without failing honest work slowed by other processes. Every
+    ``heartbeat`` seconds a line on stdout says that ``what`` is still running.
     """
     method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
     ctx = mp.get_context(method)
@@ -621,11 +639,24 @@ def run_isolated(fn: Callable[..., Any], *args: Any, timeout: float = 120.0, **k
     proc.start()
     child.close()
     label = getattr(fn, "__name__", "function")
+    start = time.monotonic()
+    step = min(x for x in (timeout, heartbeat or timeout, 1.0 if cpu_limit else timeout) if x > 0)
+    next_beat = start + heartbeat if heartbeat else math.inf
     try:
-        if not parent.poll(timeout):
-            proc.kill()
-            proc.join()
-            raise GradingError(f"{label}: expected it to finish within {timeout:g} s, it did not (infinite loop?)")
+        while not parent.poll(min(step, max(0.0, start + timeout - time.monotonic()))):
+            now = time.monotonic()
+            used = _cpu_seconds(proc.pid) if cpu_limit else None
+            if now - start >= timeout or (used is not None and used >= cpu_limit):
+                proc.kill()
+                proc.join()
+                spent = (f"{used:.0f} s of computation ({now - start:.0f} s of waiting)" if used is not None
+                         and used >= cpu_limit else f"{now - start:.0f} s")
+                raise GradingError(f"{label}: expected it to finish within {timeout:g} s, it did not: stopped after "
+                                   f"{spent} (infinite loop?)")
+            if now >= next_beat:
+                print(f"  ... {what or label} still running after {now - start:.0f} s "
+                      f"(stopped at {cpu_limit or timeout:g} s of computation)", flush=True)
+                next_beat = now + heartbeat
         try:
             status, value = parent.recv()
         except EOFError:

@@ -50,7 +50,7 @@ from typing import Any
 
 from ..runtime.paths import checkout, labs_root
 from ..runtime.processes import kill_tree
-from . import audit, sandbox, sanitize, slurm
+from . import audit, feedback_marks, sandbox, sanitize, slurm
 from .grading import NOT_GRADED
 from .rowstore import RowStore, submission_key
 from .slots import Slot, make_slots, visible_gpus
@@ -532,6 +532,9 @@ def _grade_one(sub: Submission, prep: _Prepared, work: Path, root: Path, *, time
         if rc == 0 and fb.is_dir():
             for html in fb.glob("*.html"):
                 _annotate_feedback(html, row)
+                # issue 30: cells without a score yet read "not graded here" / "pending", not 0.0
+                html.write_text(feedback_marks.relabel(html.read_text(encoding="utf-8"),
+                                                       feedback_marks.ungraded_cells(graded_nb)), encoding="utf-8")
             _replace_tree(fb, root / "feedback" / student / lab)
         else:
             row.notes.append("feedback could not be generated")

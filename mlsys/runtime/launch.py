@@ -15,7 +15,11 @@ What a lab needs from it, beyond starting processes:
   naming the ranks that never finished, so a deadlock costs one check, not the notebook;
 * **errors come home**: an exception on any rank is raised here as :class:`LaunchError` with
   that rank's traceback; a rank that dies (segfault, ``os._exit``) is reported with its exit code;
-* results are pickled back (CUDA tensors are moved to the CPU first).
+* results are pickled back (CUDA tensors are moved to the CPU first);
+* a **send to or receive from a rank that does not exist** (a neighbour computed without ``% p``)
+  raises :class:`InvalidRank` in that rank at once, naming both ranks, instead of waiting for the
+  deadline (the process group's own timeout is set past the launcher's, so one message, the
+  launcher's, reports a deadlock whichever timer would have fired first).
 
 Processes are forked where the OS allows (functions defined in a notebook need not be
 importable); pass ``start_method="spawn"`` for module-level functions on CUDA when the parent has
@@ -39,7 +43,8 @@ from datetime import timedelta
 from multiprocessing.connection import wait
 from typing import Any
 
-__all__ = ["BACKENDS", "LaunchError", "LaunchTimeout", "launch", "default_backend", "free_port"]
+__all__ = ["BACKENDS", "InvalidRank", "LaunchError", "LaunchTimeout", "launch", "default_backend", "free_port",
+           "deadlock_message"]
 
 BACKENDS = ("gloo", "nccl")
 
@@ -56,6 +61,74 @@ class LaunchError(RuntimeError):
 
 class LaunchTimeout(LaunchError):
     """Some ranks did not finish within the deadline (a deadlock, or far too slow); all were killed."""
+
+
+class InvalidRank(ValueError):
+    """A point-to-point call named a peer outside ``0 .. world_size - 1``."""
+
+
+# Once a rank is stuck this long past the launcher's deadline, gloo's own receive timeout would fire;
+# keeping it later than the deadline means the launcher, not gloo, reports every deadlock.
+_PG_TIMEOUT_MARGIN = 60.0
+
+# What a rank's traceback says when the backend gave up waiting for a partner (gloo, NCCL).
+_BACKEND_TIMEOUT_SIGNS = ("timed out waiting", "timeout waiting", "wait timeout", "operation timed out",
+                          "watchdog caught collective operation timeout")
+
+
+def deadlock_message(label: str, ranks: list[int], world_size: int, timeout: float) -> str:
+    """The one message for a run whose ranks waited past the deadline, whichever timer noticed it."""
+    return (f"{label}: ranks {ranks} of {world_size} did not finish within {timeout:g} s and were stopped. "
+            "A deadlock? Blocking sends and receives must pair up: if every rank first calls a blocking recv() "
+            "(or a blocking send() of a large message), each waits for a partner that never comes; post both "
+            "with isend/irecv or batch_isend_irecv, wait() on every request, and make every rank issue the "
+            "same sequence of calls (the same number of steps) with matching sizes and dtypes.")
+
+
+def _peer_checked(orig: Callable[..., Any], kind: str) -> Callable[..., Any]:
+    """``orig`` (isend, irecv, send or recv) that first checks its peer rank against the group's size."""
+    import functools
+
+    towards = "to" if "send" in kind else "from"
+    keys = ("dst", "group_dst") if "send" in kind else ("src", "group_src")
+
+    @functools.wraps(orig)
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        import torch.distributed as dist
+
+        peer = args[1] if len(args) > 1 else next((kwargs[k] for k in keys if kwargs.get(k) is not None), None)
+        group = args[2] if len(args) > 2 else kwargs.get("group")
+        if peer is not None and dist.is_initialized():
+            p = dist.get_world_size(group)
+            if isinstance(peer, bool) or not isinstance(peer, int) or not 0 <= peer < p:
+                me = dist.get_rank(group)
+                hint = " (a neighbour computed without % p? e.g. (r + 1) % p and (r - 1) % p)" \
+                    if isinstance(peer, int) and peer in (-1, p) else ""
+                raise InvalidRank(f"rank {me} of {p} called {kind} {towards} rank {peer!r}, which does not exist: "
+                                  f"the ranks are 0 to {p - 1}{hint}")
+        return orig(*args, **kwargs)
+
+    return checked
+
+
+def _install_peer_checks() -> None:
+    """Wrap the point-to-point calls of ``torch.distributed`` in this (child) process.
+
+    The same wrapper object replaces the name in ``torch.distributed`` and in ``distributed_c10d``,
+    so ``P2POp(dist.isend, ...)`` still passes torch's own check that its op is isend or irecv.
+    """
+    import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
+
+    for kind in ("isend", "irecv", "send", "recv"):
+        orig = getattr(c10d, kind, None)
+        if orig is None or getattr(orig, "_mlsys_checked", False):
+            continue
+        wrapped = _peer_checked(orig, kind)
+        wrapped._mlsys_checked = True  # type: ignore[attr-defined]
+        setattr(c10d, kind, wrapped)
+        if getattr(dist, kind, None) is orig:
+            setattr(dist, kind, wrapped)
 
 
 def free_port() -> int:
@@ -100,7 +173,8 @@ def _worker(rank: int, world_size: int, port: int, backend: str, timeout: float,
             torch.cuda.set_device(rank)
             kw["device_id"] = torch.device("cuda", rank)
         dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size,
-                                timeout=timedelta(seconds=max(1.0, timeout)), **kw)
+                                timeout=timedelta(seconds=max(1.0, timeout) + _PG_TIMEOUT_MARGIN), **kw)
+        _install_peer_checks()
         result = fn(*args, **kwargs)
         if backend == "nccl":
             torch.cuda.synchronize()
@@ -197,18 +271,29 @@ def launch(fn: Callable[..., Any], world_size: int, *args: Any, backend: str | N
             c.close()
     # the first rank to fail is the cause; the others usually fail because it left
     failed = [(r, v) for r, v in results.items() if v[0] != "ok"]
+    # a rank that gave up waiting for its partner (the backend's own timer) is a deadlock, reported as one
+    timed_out = [r for r, (status, payload) in failed
+                 if status == "error" and any(s in str(payload).lower() for s in _BACKEND_TIMEOUT_SIGNS)]
+    if failed and len(timed_out) == len(failed):
+        missing = sorted(set(timed_out) | {r for r in range(world_size) if r not in results})
+        raise LaunchTimeout(deadlock_message(label, missing, world_size, timeout))
+    invalid = [(r, v) for r, v in failed if v[0] == "error" and "InvalidRank" in str(v[1])]
+    if invalid:  # the cause, even when another rank noticed first that its partner had gone
+        failed = invalid + [f for f in failed if f not in invalid]
     if failed:
         r, (status, payload) = failed[0]
         also = f" (then ranks {[f for f, _ in failed[1:]]} failed too)" if len(failed) > 1 else ""
         if status == "died":
-            raise LaunchError(f"{label}: rank {r} of {world_size} died (exit code {payload}) before returning a result{also}")
+            hint = {-6: ": aborted, as gloo does when a received message is larger than the buffer posted for it "
+                        "(send and receive buffers of different lengths or dtypes, or steps that do not pair up)",
+                    -11: ": a segmentation fault (a buffer freed or resized while a request on it was pending?)"}
+            raise LaunchError(f"{label}: rank {r} of {world_size} died (exit code {payload}{hint.get(payload, '')}) "
+                              f"before returning a result{also}")
+        if status == "error" and "InvalidRank" in str(payload):
+            reason = str(payload).strip().splitlines()[-1].split("InvalidRank: ", 1)[-1]
+            raise LaunchError(f"{label}: {reason}{also}")
         raise LaunchError(f"{label}: rank {r} of {world_size} raised an exception{also}:\n{payload}")
     missing = [r for r in range(world_size) if r not in results]
     if missing:
-        raise LaunchTimeout(
-            f"{label}: ranks {missing} of {world_size} did not finish within {timeout:g} s and were stopped. "
-            "A deadlock? Blocking sends and receives must pair up: if every rank first calls a blocking recv() "
-            "(or a blocking send() of a large message), each waits for a partner that never comes; post both "
-            "with isend/irecv or batch_isend_irecv, and make every rank issue the same sequence of calls with "
-            "matching sizes.")
+        raise LaunchTimeout(deadlock_message(label, missing, world_size, timeout))
     return [pickle.loads(results[r][1]) for r in range(world_size)]
