@@ -60,25 +60,24 @@ def kernel_profile(fn: Callable[[], Any], device: str, calls: int = 5, flush: bo
 
     Each of ``calls`` calls is profiled on its own, after the L2 (on a GPU) has been flushed by
     writing a buffer larger than it outside the profiled region, so no flush kernel is counted and no
-    input starts in the cache. On a GPU the record keeps every kernel (name, launches per call and
-    device time per call, from the profiler's Chrome trace, ``cat == "kernel"``) and their sum, the
-    *device time per call*; on a CPU, where there are no kernels, it keeps the operators' self CPU
+    input starts in the cache. On a GPU the record keeps the ``top`` kernels by time (name, launches
+    per call and device time per call, from the profiler's Chrome trace, ``cat == "kernel"``), how many
+    distinct kernels ran, and the sum over all of them, the *device time per call*; on a CPU, where there are no kernels, it keeps the operators' self CPU
     time per call (``key_averages``), which add up the same way.
 
-    It also keeps the *host time per call*: ``calls`` calls issued back to back with
-    ``time.perf_counter`` around them, without waiting for the device (the time the Python thread
-    spends in the call: argument checks, descriptor set-up, the launches). When it exceeds the device
+    It also keeps the *host time per call*: the median of ``calls`` calls issued back to back, each
+    timed on the host by :func:`mlsys.bench.timing.time_cpu`, without waiting for the device (the
+    time the Python thread spends in the call: argument checks, descriptor set-up, the launches). When it exceeds the device
     time, the host, not the kernel, sets the pace of a stream of such calls.
     """
     import json
     import os
     import tempfile
-    import time
 
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from .timing import l2_flush_bytes
+    from .timing import l2_flush_bytes, time_cpu
 
     if calls < 1:
         raise ValueError(f"kernel_profile needs at least one call, got {calls}")
@@ -113,10 +112,7 @@ def kernel_profile(fn: Callable[[], Any], device: str, calls: int = 5, flush: bo
     total = sum(sum(d) for d in per_name.values()) / calls
     what = "kernels" if cuda else "operators (self CPU time)"
     sync()
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    host = (time.perf_counter() - t0) / calls
+    host = time_cpu(fn, what="one call, not waiting for the device", repeats=calls, warmup=0)
     sync()
     return {
         "what": what,
@@ -127,6 +123,7 @@ def kernel_profile(fn: Callable[[], Any], device: str, calls: int = 5, flush: bo
         "device_time_per_call": quantity(total, "s", method=f"sum of the profiled {what}' times over {calls} calls / "
                                                    f"{calls}, each call profiled alone"
                                                    + (" after an L2 flush" if flusher is not None else "")),
-        "host_time_per_call": quantity(host, "s", method=f"time.perf_counter around {calls} back-to-back calls / {calls}, "
-                                                "not waiting for the device"),
+        "host_time_per_call": quantity(host.median, "s", method=f"median of {calls} calls issued back to back, each "
+                                                              "timed on the host (mlsys.bench.timing.time_cpu) "
+                                                              "without waiting for the device"),
     }

@@ -4,13 +4,16 @@ layouts, timed through torch.nn.functional.conv2d with cuDNN's autotuner on.
 Throughput is the convolution's FLOPs from :func:`mlsys.layers.conv2d` over the median time (bf16
 on a GPU, fp32 on a CPU). The record also times the layout conversion of the input
 (``x.contiguous(memory_format=torch.channels_last)``), the price of switching per layer.
+Each layout's convolution, and the conversion, also keep their per-kernel profile
+(:func:`mlsys.bench.profile.kernel_profile`): which kernels cuDNN ran, by name, with their device
+times, so a layout's cost can be traced to a transpose or to a slower kernel.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ._part2 import figure, rel_error, timed, torch_dtype
+from ._part2 import figure, kernel_profile, rel_error, timed, torch_dtype
 
 SHOWN_IN = ("chapters/10_fusion_and_compilers",)
 NEEDS = "any"
@@ -51,9 +54,14 @@ def run(ctx: Any) -> dict[str, Any]:
             t = timed(lambda xl=xl, wl=wl, s=stride, pd=pad: F.conv2d(xl, wl, stride=s, padding=pd), ctx.device,
                       f"conv2d {name} {layout}", ctx.quick, check=lambda y, ref=ref: rel_error(y[:1], ref) < 2e-2)
             row[layout] = figure(cost.flops.m / t.median, "FLOP/s", "mlsys.layers.conv2d FLOPs / median time", t)
+            row[f"{layout}_profile"] = kernel_profile(
+                lambda xl=xl, wl=wl, s=stride, pd=pad: F.conv2d(xl, wl, stride=s, padding=pd), ctx.device,
+                calls=3 if ctx.quick else 5, top=4)
         t_conv = timed(lambda x=x: x.contiguous(memory_format=torch.channels_last), ctx.device,
                        f"NCHW -> channels_last copy of the {name} input", ctx.quick)
         row["to_channels_last"] = figure(t_conv.median, "s", "median time of x.contiguous(channels_last)", t_conv)
+        row["to_channels_last_profile"] = kernel_profile(lambda x=x: x.contiguous(memory_format=torch.channels_last),
+                                                         ctx.device, calls=3 if ctx.quick else 5, top=3)
         row["speedup"] = {"value": row["channels_last"]["value"] / row["nchw"]["value"], "unit": "",
                           "method": "channels_last throughput / NCHW throughput"}
         out[name] = row
