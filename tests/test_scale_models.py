@@ -78,8 +78,9 @@ def test_tpu_pods_from_google_figures():
     assert torus.link_bandwidth("TPU v5p").to("GB/s").m == pytest.approx(100)  # 1200 / 2 / 6
     assert torus.link_bandwidth("TPU v6e").to("GB/s").m == pytest.approx(100)  # 800 / 2 / 4
     v5e = torus.pod("TPUv5e")
-    assert v5e.pod_chips == 256 == v5e.pod_shape[0] * v5e.pod_shape[1]
+    assert v5e.pod_chips == 256 == v5e.largest_slice[0] * v5e.largest_slice[1]
     assert torus.pod("TPUv5p").topology == "3D torus"
+    assert torus.pod("TPUv5p").pod_chips == 8960 > 16 * 16 * 24  # the largest slice is smaller than the pod
     for p in torus.pods().values():  # the scaling-book's figure is within 15 % of Google's
         assert 0.85 < (p.scaling_book_link_bw / p.link_bandwidth).to("").m <= 1
     with pytest.raises(KeyError, match="no pod figures"):
