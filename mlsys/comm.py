@@ -71,7 +71,9 @@ InfiniBand SHARP (in the switch) add the contributions inside the switch, so eac
 ``t = 2 a + n / bandwidth`` against the ring's ``2 (p - 1) / p * n / bandwidth``. Its bus bandwidth
 (NCCL's ``2 (p - 1) / p`` factor) can therefore exceed the link's per-direction bandwidth
 (R. L. Graham et al., "Scalable Hierarchical Aggregation Protocol (SHArP)", COM-HPC 2016;
-NVIDIA, NCCL 2.27 release notes and the NVLS algorithm of ``NCCL_ALGO``).
+NVIDIA, NCCL documentation, the ``NCCL_ALGO`` environment variable: NVLS, NVLSTree, CollNet). Real
+NVLS moves a little more (each GPU also sends and receives ``n / p`` to split the work); the model
+keeps the leading term.
 
 Bus-bandwidth factors (:func:`busbw_factor`), from nccl-tests' doc/PERFORMANCE.md
 (https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md): ``busbw = algbw * factor``

@@ -42,7 +42,7 @@ __all__ = ["Pod", "pods", "pod", "link_bandwidth", "TORUS_COLLECTIVES", "axis_co
 
 DATA_FILE = Path(__file__).with_name("data") / "tpu_pods.toml"
 TORUS_COLLECTIVES = ("all_gather", "reduce_scatter", "all_reduce", "all_to_all")
-_KEYS = {"accelerator", "ici_ports", "topology", "pod_chips", "pod_shape", "scaling_book_link_bw",
+_KEYS = {"accelerator", "ici_ports", "topology", "pod_chips", "largest_slice", "scaling_book_link_bw",
          "publisher", "title", "url", "date"}
 
 
@@ -58,7 +58,7 @@ class Pod:
     ici_ports: int
     topology: str
     pod_chips: int
-    pod_shape: tuple[int, ...]
+    largest_slice: tuple[int, ...]
     scaling_book_link_bw: pint.Quantity
     url: str
 
@@ -82,16 +82,19 @@ def _pod(raw: dict, i: int) -> Pod:
     if extra or missing:
         raise PodDataError(f"{where}: unknown keys {sorted(extra)}, missing keys {sorted(missing)}")
     name = hardware.get(raw["accelerator"]).name
-    shape = tuple(require_count(k, f"{where}.pod_shape") for k in raw["pod_shape"])
+    shape = tuple(require_count(k, f"{where}.largest_slice") for k in raw["largest_slice"])
     topo = raw["topology"]
     if topo not in ("2D torus", "3D torus") or len(shape) != int(topo[0]):
-        raise PodDataError(f"{where}: topology {topo!r} and pod_shape {shape} disagree; expected '2D torus' or "
+        raise PodDataError(f"{where}: topology {topo!r} and largest_slice {shape} disagree; expected '2D torus' or "
                            "'3D torus' with that many axes")
     ports = require_count(raw["ici_ports"], f"{where}.ici_ports")
     if ports != 2 * len(shape):
         raise PodDataError(f"{where}: a {topo} has {2 * len(shape)} links per chip, not {ports}")
+    chips = require_count(raw["pod_chips"], f"{where}.pod_chips")
+    if math.prod(shape) > chips:
+        raise PodDataError(f"{where}: largest_slice {shape} holds {math.prod(shape)} chips, more than the pod's {chips}")
     bw = raw["scaling_book_link_bw"]
-    return Pod(name, ports, topo, require_count(raw["pod_chips"], f"{where}.pod_chips"), shape,
+    return Pod(name, ports, topo, chips, shape,
                positive(Q_(bw["value"], bw["unit"]), "byte/s", f"{where}.scaling_book_link_bw"), raw["url"])
 
 

@@ -78,8 +78,9 @@ def test_tpu_pods_from_google_figures():
     assert torus.link_bandwidth("TPU v5p").to("GB/s").m == pytest.approx(100)  # 1200 / 2 / 6
     assert torus.link_bandwidth("TPU v6e").to("GB/s").m == pytest.approx(100)  # 800 / 2 / 4
     v5e = torus.pod("TPUv5e")
-    assert v5e.pod_chips == 256 == v5e.pod_shape[0] * v5e.pod_shape[1]
+    assert v5e.pod_chips == 256 == v5e.largest_slice[0] * v5e.largest_slice[1]
     assert torus.pod("TPUv5p").topology == "3D torus"
+    assert torus.pod("TPUv5p").pod_chips == 8960 > 16 * 16 * 24  # the largest slice is smaller than the pod
     for p in torus.pods().values():  # the scaling-book's figure is within 15 % of Google's
         assert 0.85 < (p.scaling_book_link_bw / p.link_bandwidth).to("").m <= 1
     with pytest.raises(KeyError, match="no pod figures"):
@@ -158,3 +159,18 @@ def test_chapter15_cost_model_by_hand():
     assert tc.energy.to("MW*hour").m == pytest.approx(hours * 0.7e-3)
     with pytest.raises(ValueError, match="mfu"):
         costs.training_cost(8e9, 1e12, h100, q, mfu=0)
+
+
+def test_overlapped_weight_stationary_by_hand():
+    from mlsys import systolic
+
+    # 4096 x 4096 layer on a 128 x 128 array: 32 x 32 = 1024 tiles
+    o = systolic.tiled_overlapped(64, 4096, 4096)
+    assert o.cycles == 128 + 1024 * 128 + 128 + 128 - 2  # M = 64 < R: each tile waits for its weight load
+    assert o.utilisation == pytest.approx(64 * 4096 * 4096 / (128 * 128 * o.cycles))
+    assert o.utilisation == pytest.approx(0.5, rel=0.01)  # about M / R
+    big = systolic.tiled_overlapped(8192, 4096, 4096)
+    assert big.cycles == 128 + 1024 * 8192 + 254
+    worst = systolic.tiled("weight", 8192, 4096, 4096)
+    assert big.utilisation > worst.utilisation
+    assert worst.cycles == 1024 * (128 + 8192 + 128 + 128 - 2)
