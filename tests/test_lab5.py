@@ -27,7 +27,7 @@ F = torch.nn.functional
 from mlsys.bench import experiment as runner  # noqa: E402
 from mlsys.bench.experiments import lab5_attention as experiment  # noqa: E402
 from mlsys.course import grading  # noqa: E402
-from mlsys.runtime.notebook import code_cells, exec_cells  # noqa: E402
+from mlsys.runtime.notebook import code_cells  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOK = REPO / "labs" / "source" / "lab5_attention" / "lab5_attention.ipynb"
@@ -35,9 +35,18 @@ RELEASE = REPO / "labs" / "release" / "lab5_attention" / "lab5_attention.ipynb"
 CORPUS = Path(__file__).resolve().parent / "bad_submissions" / "lab5"
 DEVICE = mlsys.course.device.default_device()
 
-kernels = experiment.load_reference()
-attention = kernels["attention"]
-online = exec_cells(NOTEBOOK, ["online_softmax"], {"__name__": "lab5"})
+# the reference kernels load once per session (conftest's lab5_kernels), not at import
+kernels: dict = {}
+online: dict = {}
+attention = None
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _kernels(lab5_kernels):
+    global attention, online
+    kernels.update(lab5_kernels["kernels"])
+    online = lab5_kernels["online"]
+    attention = kernels["attention"]
 
 
 def _cells() -> list[dict]:
