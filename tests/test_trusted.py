@@ -32,12 +32,14 @@ def _verdict(cells: list[str], case: dict | None = None) -> dict:
     return json.loads(line[len("N0NCE "):])["verdicts"]["perf_double"]
 
 
+@pytest.mark.slow  # a trusted process: ~3 s of CPU
 def test_honest_function_gets_full_credit():
     v = _verdict(["def double(x):\n    return x + x\n"])
     assert v["reason"] == "" and v["credit"] == 1.0 and v["score"] == 2.0
     assert "share 1" in v["lines"][0] and "fake timer" in v["lines"][0]
 
 
+@pytest.mark.slow  # a trusted process per attack: ~3 s of CPU each
 @pytest.mark.parametrize("cells, reason", [
     (["import mlsys.bench.timing as t\nt.time_fn = lambda *a, **k: None\ndef double(x): return x + x\n"],
      "mlsys.bench.timing.time_fn was replaced"),
