@@ -58,3 +58,45 @@ def lab5_kernels() -> dict:
 
     return {"kernels": lab5_attention.load_reference(),
             "online": vars(_notebook_module("lab5_attention", ["online_softmax"], "lab5"))}
+
+
+# ------------------------------------------------------------------------------------------------
+# One graded course per lab, shared by every test that checks rows of it: the instructor notebook,
+# the untouched release and the lab's bad-submission corpus (tests/bad_submissions/<short>/*.nb.json)
+# go through nbgrader and the sandbox once per session, not once per test (CI time).
+
+CORPORA = {"lab4_collectives": "lab4", "lab5_attention": "lab5"}
+
+
+@pytest.fixture(scope="session")
+def graded_lab(tmp_path_factory):
+    """``graded_lab(lab)`` -> (course root, {student: Row}) for ``lab``, graded once per session."""
+    import shutil
+    from pathlib import Path
+
+    from mlsys.course import teach
+    from mlsys.runtime.paths import lab_notebook, labs_root
+
+    done: dict[str, tuple[Path, dict]] = {}
+
+    def grade(lab: str) -> tuple[Path, dict]:
+        if lab in done:
+            return done[lab]
+        root = tmp_path_factory.mktemp(lab) / "course"
+        (root / "source").mkdir(parents=True)
+        shutil.copy2(labs_root() / "nbgrader_config.py", root / "nbgrader_config.py")
+        shutil.copytree(lab_notebook(lab).parent, root / "source" / lab,
+                        ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
+        submissions = {"instructor": lab_notebook(lab), "untouched": lab_notebook(lab, release=True)}
+        if lab in CORPORA:
+            corpus = Path(__file__).resolve().parent / "bad_submissions" / CORPORA[lab]
+            submissions.update({p.name.removesuffix(".nb.json"): p for p in sorted(corpus.glob("*.nb.json"))})
+        for student, path in submissions.items():
+            dest = root / "submitted" / student / lab / f"{lab}.ipynb"
+            dest.parent.mkdir(parents=True)
+            shutil.copy2(path, dest)
+        rows = {r.student: r for r in teach.grade(root, timeout=900, feedback=False, verbose=False, jobs=2)}
+        done[lab] = (root, rows)
+        return done[lab]
+
+    return grade

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -302,22 +301,10 @@ def test_recorded_h100_run_meets_the_targets():
 
 
 @pytest.mark.slow
-def test_bad_submissions_lose_the_right_points(tmp_path):
+def test_bad_submissions_lose_the_right_points(graded_lab):
     """nbgrader through mlsys.course.teach: instructor full marks, untouched release zero, the
-    corpus as in expected.json."""
-    from mlsys.course import teach
-
-    root = tmp_path / "labs"
-    (root / "source").mkdir(parents=True)
-    shutil.copy(REPO / "labs" / "nbgrader_config.py", root / "nbgrader_config.py")
-    shutil.copytree(NOTEBOOK.parent, root / "source" / "lab5_attention")
-    cases = {"instructor": NOTEBOOK, "untouched": RELEASE}
-    cases.update({p.name.removesuffix(".nb.json"): p for p in CORPUS.glob("*.nb.json")})
-    for student, path in cases.items():
-        d = root / "submitted" / student / "lab5_attention"
-        d.mkdir(parents=True)
-        shutil.copy(path, d / "lab5_attention.ipynb")
-    rows = {r.student: r for r in teach.grade(root, timeout=600, feedback=False, verbose=False, jobs=2)}
+    corpus as in expected.json (the lab's one graded course of the session, tests/conftest.py)."""
+    _, rows = graded_lab("lab5_attention")
     expected = json.loads((CORPUS / "expected.json").read_text())
     expected["instructor"] = {"status": "ok", "correctness_score": 19, "correctness_max": 19}
     expected["untouched"] = {"status": "ok", "correctness_score": 0, "correctness_max": 19}
