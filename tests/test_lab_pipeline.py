@@ -295,6 +295,7 @@ def test_grade_cli_writes_feedback_and_reports_unknown_labs(tmp_path):
     assert got["ben"].status == "failed" and "unknown lab" in got["ben"].reason
 
 
+@pytest.mark.slow  # nbgrader release: ~6 s of CPU
 def test_corpus_untouched_is_the_tiny_labs_release(tmp_path):
     """The corpus' untouched submission is exactly what `make release` makes of the tiny lab."""
     root = _tiny_course(tmp_path)
