@@ -262,6 +262,7 @@ def test_kernel_without_rescaling_fails_the_attention_tests():
 # ------------------------------------------------------------------------------ the experiment and its H100 record
 
 
+@pytest.mark.slow  # the experiment's quick run under the interpreter: ~11 s of CPU
 def test_experiment_is_registered_and_runs_quick_on_this_machine(tmp_path):
     exp = runner.get("lab5_attention")
     assert exp.needs == "any" and exp.shown_in == ("labs/release/lab5_attention/lab5_attention",)
