@@ -162,6 +162,7 @@ def test_fixed_cost_preference():
     assert roofcheck.fixed_cost(figs, "cpu")[0] == 8e-6
 
 
+@pytest.mark.slow  # times every roofline-check kernel: ~3 s of CPU
 def test_run_check_on_cpu_gives_schema_valid_rows():
     roof = Roof(Q_(1e11, "FLOP/s"), Q_(1e10, "byte/s"))
     ks = [roofcheck.elementwise_add(256, "fp32"), roofcheck.softmax(4, 64, "fp32"),

@@ -104,6 +104,7 @@ def test_chapter_executes_on_cpu_and_draws_a_figure(path):
     assert _figures(nb) >= 1, f"{path.name}: no figure in its outputs (each chapter draws at least one)"
 
 
+@pytest.mark.slow  # executes a chapter: ~3.5 s of CPU
 def test_a_changed_constant_that_breaks_a_claim_fails_the_chapter(tmp_path, monkeypatch):
     """Raise the H100's bandwidth tenfold: its ridge point falls below the A100's, and the chapter's check() fails."""
     src = (ROOT / "mlsys" / "data" / "accelerators.toml").read_text()

@@ -278,7 +278,7 @@ def _device_reading(slug):
     for path in (records.data_dir() / slug / "roofs.json", records.data_dir() / f"{slug}.json"):
         if path.exists():
             return json.loads(path.read_text(encoding="utf-8"))["device"]
-    pytest.skip(f"no recorded device reading for {slug}")
+    pytest.fail(f"no recorded device reading for {slug} in {records.data_dir()}: a missing recording is a failure")
 
 
 @pytest.mark.parametrize(("slug", "name"), [("nvidia-h100-80gb-hbm3", "H100-SXM"), ("nvidia-h200", "H200-SXM")])

@@ -31,9 +31,16 @@ REPO = Path(__file__).resolve().parents[1]
 NOTEBOOK = REPO / "labs" / "source" / "lab3_fusion" / "lab3_fusion.ipynb"
 DEVICE = mlsys.course.device.default_device()
 KERNEL_CELLS = ("fused_elementwise_kernel", "fused_elementwise", "fused_softmax_kernel", "fused_softmax")
-ns = nbexec.exec_cells(NOTEBOOK, ["setup", "imports", *KERNEL_CELLS])
-fused_relu_affine = ns["fused_relu_affine"]
-fused_softmax = ns["fused_softmax"]
+# the notebook's cells run once per session (conftest's lab3_kernels), not at import
+ns: dict = {}
+fused_relu_affine = fused_softmax = None
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _kernels(lab3_kernels):
+    global ns, fused_relu_affine, fused_softmax
+    ns = vars(lab3_kernels)
+    fused_relu_affine, fused_softmax = ns["fused_relu_affine"], ns["fused_softmax"]
 
 
 def _cells() -> list[dict]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +26,7 @@ F = torch.nn.functional
 from mlsys.bench import experiment as runner  # noqa: E402
 from mlsys.bench.experiments import lab5_attention as experiment  # noqa: E402
 from mlsys.course import grading  # noqa: E402
-from mlsys.runtime.notebook import code_cells, exec_cells  # noqa: E402
+from mlsys.runtime.notebook import code_cells  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOK = REPO / "labs" / "source" / "lab5_attention" / "lab5_attention.ipynb"
@@ -35,9 +34,18 @@ RELEASE = REPO / "labs" / "release" / "lab5_attention" / "lab5_attention.ipynb"
 CORPUS = Path(__file__).resolve().parent / "bad_submissions" / "lab5"
 DEVICE = mlsys.course.device.default_device()
 
-kernels = experiment.load_reference()
-attention = kernels["attention"]
-online = exec_cells(NOTEBOOK, ["online_softmax"], {"__name__": "lab5"})
+# the reference kernels load once per session (conftest's lab5_kernels), not at import
+kernels: dict = {}
+online: dict = {}
+attention = None
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _kernels(lab5_kernels):
+    global attention, online
+    kernels.update(lab5_kernels["kernels"])
+    online = lab5_kernels["online"]
+    attention = kernels["attention"]
 
 
 def _cells() -> list[dict]:
@@ -254,6 +262,7 @@ def test_kernel_without_rescaling_fails_the_attention_tests():
 # ------------------------------------------------------------------------------ the experiment and its H100 record
 
 
+@pytest.mark.slow  # the experiment's quick run under the interpreter: ~11 s of CPU
 def test_experiment_is_registered_and_runs_quick_on_this_machine(tmp_path):
     exp = runner.get("lab5_attention")
     assert exp.needs == "any" and exp.shown_in == ("labs/release/lab5_attention/lab5_attention",)
@@ -293,22 +302,10 @@ def test_recorded_h100_run_meets_the_targets():
 
 
 @pytest.mark.slow
-def test_bad_submissions_lose_the_right_points(tmp_path):
+def test_bad_submissions_lose_the_right_points(graded_lab):
     """nbgrader through mlsys.course.teach: instructor full marks, untouched release zero, the
-    corpus as in expected.json."""
-    from mlsys.course import teach
-
-    root = tmp_path / "labs"
-    (root / "source").mkdir(parents=True)
-    shutil.copy(REPO / "labs" / "nbgrader_config.py", root / "nbgrader_config.py")
-    shutil.copytree(NOTEBOOK.parent, root / "source" / "lab5_attention")
-    cases = {"instructor": NOTEBOOK, "untouched": RELEASE}
-    cases.update({p.name.removesuffix(".nb.json"): p for p in CORPUS.glob("*.nb.json")})
-    for student, path in cases.items():
-        d = root / "submitted" / student / "lab5_attention"
-        d.mkdir(parents=True)
-        shutil.copy(path, d / "lab5_attention.ipynb")
-    rows = {r.student: r for r in teach.grade(root, timeout=600, feedback=False, verbose=False, jobs=2)}
+    corpus as in expected.json (the lab's one graded course of the session, tests/conftest.py)."""
+    _, rows = graded_lab("lab5_attention")
     expected = json.loads((CORPUS / "expected.json").read_text())
     expected["instructor"] = {"status": "ok", "correctness_score": 19, "correctness_max": 19}
     expected["untouched"] = {"status": "ok", "correctness_score": 0, "correctness_max": 19}

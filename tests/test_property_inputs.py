@@ -140,6 +140,7 @@ def finite(result: Any) -> bool:
 CASES = [(fn, name, bad) for fn, sig in SIGNATURES for name, spec in sig.items() for bad in bad_values(spec)]
 
 
+@pytest.mark.slow  # 300 examples: ~2.5 s of CPU
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_every_public_function_refuses_bad_inputs(data):

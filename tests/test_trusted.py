@@ -32,12 +32,14 @@ def _verdict(cells: list[str], case: dict | None = None) -> dict:
     return json.loads(line[len("N0NCE "):])["verdicts"]["perf_double"]
 
 
+@pytest.mark.slow  # a trusted process: ~3 s of CPU
 def test_honest_function_gets_full_credit():
     v = _verdict(["def double(x):\n    return x + x\n"])
     assert v["reason"] == "" and v["credit"] == 1.0 and v["score"] == 2.0
     assert "share 1" in v["lines"][0] and "fake timer" in v["lines"][0]
 
 
+@pytest.mark.slow  # a trusted process per attack: ~3 s of CPU each
 @pytest.mark.parametrize("cells, reason", [
     (["import mlsys.bench.timing as t\nt.time_fn = lambda *a, **k: None\ndef double(x): return x + x\n"],
      "mlsys.bench.timing.time_fn was replaced"),
@@ -65,6 +67,7 @@ def test_attacks_earn_no_performance_credit(cells, reason):
     assert reason in v["reason"], v["reason"]
 
 
+@pytest.mark.slow  # a trusted process: ~3 s of CPU
 def test_attention_by_the_library_is_refused_on_every_backend():
     """SDPA on a CPU runs aten::_scaled_dot_product_flash_attention_for_cpu, a name no list held (Lab 5's
     calls_sdpa cheat earned full performance credit under the fake timer before the prefix rule)."""
@@ -76,12 +79,14 @@ def test_attention_by_the_library_is_refused_on_every_backend():
     assert v["credit"] == 0.0 and "aten::_scaled_dot_product_flash_attention_for_cpu" in v["reason"], v
 
 
+@pytest.mark.slow  # torch.compile: ~4 s of CPU
 def test_compiled_torch_code_shows_its_library_ops():
     """torch.compile is disabled while the ops are recorded, so compiled torch code cannot hide a matmul."""
     v = _verdict(["import torch\n@torch.compile\ndef double(x):\n    return torch.mv(torch.eye(x.shape[0]) * 2, x)\n"])
     assert v["credit"] == 0.0 and "aten::mv" in v["reason"], v
 
 
+@pytest.mark.slow  # ~5.5 s of CPU
 def test_forbid_compute_allows_only_allocation_and_views():
     case = dict(CASE, forbid="compute")
     assert "aten::add" in _verdict(["def double(x):\n    return x + x\n"], case)["reason"]
@@ -90,6 +95,7 @@ def test_forbid_compute_allows_only_allocation_and_views():
     assert "aten::mul" in v["reason"]
 
 
+@pytest.mark.slow  # ~5.4 s of CPU
 def test_kwargs_reach_every_call_of_the_function():
     """kwargs = { factor = 2 }: the learner's double(x, factor=1) only passes if every call gets factor=2
     (the correctness check, the timed calls and the fresh inputs after timing)."""
@@ -100,6 +106,7 @@ def test_kwargs_reach_every_call_of_the_function():
     assert "fails its correctness check" in v["reason"], v
 
 
+@pytest.mark.slow  # trusted processes: ~2.8 s of CPU
 def test_credit_is_linear_between_zero_at_and_full_at():
     v = _verdict(["def double(x):\n    return x + x\n"], dict(CASE, full_at=4.0, zero_at=0.0))
     assert v["credit"] == pytest.approx(0.25) and v["score"] == pytest.approx(0.5)

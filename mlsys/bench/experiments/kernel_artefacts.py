@@ -178,14 +178,16 @@ def _triton_kernels() -> dict[str, Any]:
     import triton
     import triton.language as tl
 
-    from .wave_quantization import _triton_kernel
+    from ._matmul import _kernel as _matmul_kernel
 
     @triton.jit
     def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):  # noqa: ANN001
         pid = tl.program_id(0)
         offs = pid * BLOCK + tl.arange(0, BLOCK)
         mask = offs < n
-        tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
+        x = tl.load(x_ptr + offs, mask=mask)
+        y = tl.load(y_ptr + offs, mask=mask)
+        tl.store(out_ptr + offs, x + y, mask=mask)
 
     @triton.jit
     def softmax_kernel(x_ptr, y_ptr, cols, stride, BLOCK: tl.constexpr):  # noqa: ANN001
@@ -197,7 +199,7 @@ def _triton_kernels() -> dict[str, Any]:
         e = tl.exp(x)
         tl.store(y_ptr + row * stride + offs, e / tl.sum(e, axis=0), mask=mask)
 
-    return {"vector_add": add_kernel, "softmax_rows": softmax_kernel, "matmul": _triton_kernel()}
+    return {"vector_add": add_kernel, "softmax_rows": softmax_kernel, "matmul": _matmul_kernel()}
 
 
 def _triton_on_gpu(kernels: dict[str, Any]) -> dict[str, Any]:
@@ -216,12 +218,13 @@ def _triton_on_gpu(kernels: dict[str, Any]) -> dict[str, Any]:
     k = kernels["softmax_rows"][(rows,)](a, b, cols, a.stride(0), BLOCK=1024)
     torch.testing.assert_close(b, torch.softmax(a, -1))
     out["softmax_rows"] = k
+    from ._matmul import tiles
     from .wave_quantization import BLOCK_K, BLOCK_M, BLOCK_N
     m = 512
     p, q = torch.randn(m, m, device="cuda").bfloat16(), torch.randn(m, m, device="cuda").bfloat16()
     r = torch.empty(m, m, device="cuda", dtype=torch.bfloat16)
-    k = kernels["matmul"][(m // BLOCK_M, m // BLOCK_N)](p, q, r, m, m, m, m, 1, m, 1, m, 1, BM=BLOCK_M, BN=BLOCK_N,
-                                                        BK=BLOCK_K, num_warps=8, num_stages=3)
+    k = kernels["matmul"][(tiles(m, m, BLOCK_M, BLOCK_N),)](p, q, r, m, m, m, m, 1, m, 1, m, 1, BM=BLOCK_M, BN=BLOCK_N,
+                                                            BK=BLOCK_K, GROUP_M=1, num_warps=8, num_stages=3)
     torch.testing.assert_close(r.float(), (p.float() @ q.float()), atol=0.5, rtol=2e-2)
     out["matmul"] = k
     return out
@@ -244,8 +247,8 @@ def _triton_offline(kernels: dict[str, Any]) -> dict[str, Any]:
                          {"BLOCK": 1024}, {}),
         "matmul": ({**{p: "*bf16" for p in ("a_ptr", "b_ptr", "c_ptr")},
                     **{p: "i32" for p in ("M", "N", "K", "sam", "sak", "sbk", "sbn", "scm", "scn")},
-                    "BM": "constexpr", "BN": "constexpr", "BK": "constexpr"},
-                   {"BM": BLOCK_M, "BN": BLOCK_N, "BK": BLOCK_K}, {"num_warps": 8, "num_stages": 3}),
+                    "BM": "constexpr", "BN": "constexpr", "BK": "constexpr", "GROUP_M": "constexpr"},
+                   {"BM": BLOCK_M, "BN": BLOCK_N, "BK": BLOCK_K, "GROUP_M": 1}, {"num_warps": 8, "num_stages": 3}),
     }
     out = {}
     for name, (sig, const, opts) in specs.items():

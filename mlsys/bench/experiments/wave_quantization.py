@@ -3,8 +3,8 @@ one fixed 128 x 128 tile, showing the sawtooth that appears when the tile count 
 of the SM count.
 
 ``C[s, s] = A[s, k] @ B[k, s]`` with ``k`` fixed and ``s`` stepped by 64. Throughput is ``2 s s k``
-over the median time (bf16 on a GPU). The Triton kernel launches ``ceil(s/128)^2`` programs, one per
-output tile, each looping over ``k`` in steps of 64; so it needs ``ceil(tiles / SMs)`` waves when one
+over the median time (bf16 on a GPU). The Triton kernel (the experiments' one matmul, :mod:`._matmul`)
+launches ``ceil(s/128)^2`` programs, one per output tile, each looping over ``k`` in steps of 64; so it needs ``ceil(tiles / SMs)`` waves when one
 tile runs per SM at a time. On a CPU only cuBLAS' stand-in (``torch.matmul``, fp32) runs.
 Every cuBLAS point also keeps the kernel it ran, by name, with its device time from
 ``torch.profiler`` (:func:`._part2.kernel_profile`): cuBLAS changes tile shape with the size, which
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ._matmul import matmul
 from ._part2 import figure, kernel_profile, rel_error, timed, torch_dtype
 
 SHOWN_IN = ("chapters/09_tiling",)
@@ -23,48 +24,9 @@ NEEDS = "any"
 BLOCK_M = BLOCK_N = 128
 BLOCK_K = 64
 
-_KERNEL: list[Any] = []
-
-
-def _triton_kernel() -> Any:
-    if _KERNEL:
-        return _KERNEL[0]
-    import triton
-    import triton.language as tl
-
-    @triton.jit
-    def fixed_tile_matmul(a_ptr, b_ptr, c_ptr, M, N, K, sam, sak, sbk, sbn, scm, scn,  # noqa: ANN001
-                          BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
-        pid_m = tl.program_id(0)
-        pid_n = tl.program_id(1)
-        rm = pid_m * BM + tl.arange(0, BM)
-        rn = pid_n * BN + tl.arange(0, BN)
-        rk = tl.arange(0, BK)
-        acc = tl.zeros((BM, BN), dtype=tl.float32)
-        for k0 in range(0, K, BK):
-            a = tl.load(a_ptr + rm[:, None] * sam + (k0 + rk)[None, :] * sak,
-                        mask=(rm[:, None] < M) & ((k0 + rk)[None, :] < K), other=0.0)
-            b = tl.load(b_ptr + (k0 + rk)[:, None] * sbk + rn[None, :] * sbn,
-                        mask=((k0 + rk)[:, None] < K) & (rn[None, :] < N), other=0.0)
-            acc = tl.dot(a, b, acc)
-        tl.store(c_ptr + rm[:, None] * scm + rn[None, :] * scn, acc.to(c_ptr.dtype.element_ty),
-                 mask=(rm[:, None] < M) & (rn[None, :] < N))
-
-    _KERNEL.append(fixed_tile_matmul)
-    return fixed_tile_matmul
-
-
 def _triton_matmul(a: Any, b: Any) -> Any:
-    import torch
-
-    m, k = a.shape
-    n = b.shape[1]
-    c = torch.empty(m, n, device=a.device, dtype=a.dtype)
-    grid = ((m + BLOCK_M - 1) // BLOCK_M, (n + BLOCK_N - 1) // BLOCK_N)
-    _triton_kernel()[grid](a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
-                           c.stride(0), c.stride(1), BM=BLOCK_M, BN=BLOCK_N, BK=BLOCK_K,
-                           num_warps=8, num_stages=3)
-    return c
+    """The experiments' Triton matmul (:mod:`._matmul`) with one fixed 128 x 128 x 64 tile, row by row."""
+    return matmul(a, b, BLOCK_M, BLOCK_N, BLOCK_K, num_warps=8, num_stages=3, group_m=1)
 
 
 def run(ctx: Any) -> dict[str, Any]:
