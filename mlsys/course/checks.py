@@ -14,14 +14,26 @@ kernel did outside them, with index ranges:
   store mask"), and an output element still holding :data:`MAGIC` was never written (dropped edge
   tiles, a grid too small);
 * on a CPU the call runs in a child process (:func:`mlsys.course.grading.run_isolated`), so a crash
-  costs this check only; on a GPU a fork would lose the CUDA context, so the call runs in place and an
-  illegal memory access is reported as such (the CUDA context is then lost for the rest of the run).
+  costs this check only, and an endless loop is stopped after :data:`CPU_LIMIT` seconds of
+  computation (CPU time: a busy laptop slows honest work without using it up) or :data:`WALL_LIMIT`
+  seconds of waiting, with a "still running" line every :data:`HEARTBEAT` seconds; on a GPU a fork
+  would lose the CUDA context, so the call runs in place and an illegal memory access is reported as
+  such (the CUDA context is then lost for the rest of the run).
+
+Warnings raised while a check runs are printed on stdout: nbgrader scores a test cell that writes
+to stderr as failed, and the course's own warnings must never cost points.
 
 Under the interpreter the checks also count the elements each kernel loads from each input
 (:class:`Tracker`), which catches a fused kernel that reads its input twice. Further helpers cover
 the silent mistakes: :func:`accumulation_probe` (a product that fp16 accumulation gets wrong),
-:func:`assert_plausible_rate` (an achieved FLOP/s that disagrees with a fresh timing: ms taken as
-seconds) and :func:`check_chain_arities` (the structure of an element-wise chain).
+:func:`check_rate_arithmetic` (an achieved FLOP/s that is not the learner's FLOPs over the learner's
+own measured time: ms taken as seconds, MACs for FLOPs; nothing is timed again),
+:func:`check_chain_arities` (the structure of an element-wise chain), Lab 4's collectives
+(:func:`check_ring`, which names a dtype slip, an invalid rank, a step count, chunk indices or an
+unfinished request through :func:`diagnose_ring`; :func:`check_dp`) and Lab 5's online softmax
+(:func:`check_scores_far_below_zero` for the initial max, :func:`check_running_sums_fp32` for fp16
+accumulation, :func:`in_zero_padding` so one mistake is charged to one check).
+:func:`assert_plausible_rate` (a rate against a fresh timing) is kept for callers outside the labs.
 
 Every check raises :class:`mlsys.course.grading.GradingError` with a message that names the mistake.
 """
