@@ -483,6 +483,21 @@ def _packed_call(*args: Any) -> dict[str, Any]:
     return out
 
 
+def _call_to_bytes(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` in a forked child, a tensor result serialised to bytes: torch's own pickling of a tensor
+    shares its memory through a file descriptor that vanishes when the child exits."""
+    import io
+
+    torch = _torch()
+    torch.set_num_threads(1)  # see _packed_call
+    out = fn(*args)
+    if isinstance(out, torch.Tensor):
+        buf = io.BytesIO()
+        torch.save(out.detach().cpu(), buf)
+        return ("tensor", buf.getvalue())
+    return out
+
+
 def _unpack(value: Any) -> Any:
     if isinstance(value, tuple) and len(value) == 2 and value[0] == "tensor":
         import io
@@ -1067,8 +1082,8 @@ def check_scores_far_below_zero(fn: Callable[..., Any], inputs: Sequence[Any], e
         isolate = not has_cuda()
     try:
         if isolate:
-            result = run_isolated(fn, *inputs, timeout=WALL_LIMIT, cpu_limit=CPU_LIMIT, heartbeat=HEARTBEAT,
-                                  what=label)
+            result = _unpack(run_isolated(_call_to_bytes, fn, *inputs, timeout=WALL_LIMIT, cpu_limit=CPU_LIMIT,
+                                          heartbeat=HEARTBEAT, what=label))
         else:
             result = fn(*inputs)
     except GradingError as exc:
