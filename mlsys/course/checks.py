@@ -14,14 +14,26 @@ kernel did outside them, with index ranges:
   store mask"), and an output element still holding :data:`MAGIC` was never written (dropped edge
   tiles, a grid too small);
 * on a CPU the call runs in a child process (:func:`mlsys.course.grading.run_isolated`), so a crash
-  costs this check only; on a GPU a fork would lose the CUDA context, so the call runs in place and an
-  illegal memory access is reported as such (the CUDA context is then lost for the rest of the run).
+  costs this check only, and an endless loop is stopped after :data:`CPU_LIMIT` seconds of
+  computation (CPU time: a busy laptop slows honest work without using it up) or :data:`WALL_LIMIT`
+  seconds of waiting, with a "still running" line every :data:`HEARTBEAT` seconds; on a GPU a fork
+  would lose the CUDA context, so the call runs in place and an illegal memory access is reported as
+  such (the CUDA context is then lost for the rest of the run).
+
+Warnings raised while a check runs are printed on stdout: nbgrader scores a test cell that writes
+to stderr as failed, and the course's own warnings must never cost points.
 
 Under the interpreter the checks also count the elements each kernel loads from each input
 (:class:`Tracker`), which catches a fused kernel that reads its input twice. Further helpers cover
 the silent mistakes: :func:`accumulation_probe` (a product that fp16 accumulation gets wrong),
-:func:`assert_plausible_rate` (an achieved FLOP/s that disagrees with a fresh timing: ms taken as
-seconds) and :func:`check_chain_arities` (the structure of an element-wise chain).
+:func:`check_rate_arithmetic` (an achieved FLOP/s that is not the learner's FLOPs over the learner's
+own measured time: ms taken as seconds, MACs for FLOPs; nothing is timed again),
+:func:`check_chain_arities` (the structure of an element-wise chain), Lab 4's collectives
+(:func:`check_ring`, which names a dtype slip, an invalid rank, a step count, chunk indices or an
+unfinished request through :func:`diagnose_ring`; :func:`check_dp`) and Lab 5's online softmax
+(:func:`check_scores_far_below_zero` for the initial max, :func:`check_running_sums_fp32` for fp16
+accumulation, :func:`in_zero_padding` so one mistake is charged to one check).
+:func:`assert_plausible_rate` (a rate against a fresh timing) is kept for callers outside the labs.
 
 Every check raises :class:`mlsys.course.grading.GradingError` with a message that names the mistake.
 """
@@ -468,6 +480,21 @@ def _packed_call(*args: Any) -> dict[str, Any]:
         buf = io.BytesIO()
         torch.save(out["result"].cpu(), buf)
         out["result"] = ("tensor", buf.getvalue())
+    return out
+
+
+def _call_to_bytes(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` in a forked child, a tensor result serialised to bytes: torch's own pickling of a tensor
+    shares its memory through a file descriptor that vanishes when the child exits."""
+    import io
+
+    torch = _torch()
+    torch.set_num_threads(1)  # see _packed_call
+    out = fn(*args)
+    if isinstance(out, torch.Tensor):
+        buf = io.BytesIO()
+        torch.save(out.detach().cpu(), buf)
+        return ("tensor", buf.getvalue())
     return out
 
 
@@ -1039,38 +1066,47 @@ def check_dp(step_fn: Callable[..., Any], world_sizes: Sequence[int], batch: int
 
 
 def check_scores_far_below_zero(fn: Callable[..., Any], inputs: Sequence[Any], expected: Any, *,
-                                names: Sequence[str], lowest_score: float, rtol: float, atol: float,
-                                label: str) -> Any:
-    """Run ``fn`` (guarded) on inputs whose every score is far below zero; fail naming the initial max.
+                                lowest_score: float, rtol: float, atol: float, label: str,
+                                isolate: bool | None = None) -> Any:
+    """Run ``fn`` on inputs whose every score is far below zero; fail naming the initial max.
 
     Softmax is unchanged by any shift, so an online softmax whose running max starts at 0 instead of
     -inf is right whenever some score is near or above 0, and wrong only here: every exp(s - 0)
-    underflows to 0, the running sum stays 0 and the output is 0 / 0 (NaN) or garbage.
+    underflows to 0, the running sum stays 0 and the output is 0 / 0 (NaN) or garbage. The inputs
+    are copied into zero-filled memory (:func:`in_zero_padding`), so a read past their end (charged by
+    the guarded checks) does not cost this check too; on a CPU the call runs in a child process.
     """
     torch = _torch()
-    out = run_guarded(fn, inputs, names=names, output_names=("o",), label=label)
-    if out["error"]:
-        raise GradingError(out["error"])
-    problems = out["report"].problems()
-    if problems:
-        raise GradingError("\n".join(problems))
-    result = out["result"]
+    inputs = [in_zero_padding(t) if isinstance(t, torch.Tensor) else t for t in inputs]
+    if isolate is None:
+        isolate = not has_cuda()
+    try:
+        if isolate:
+            result = _unpack(run_isolated(_call_to_bytes, fn, *inputs, timeout=WALL_LIMIT, cpu_limit=CPU_LIMIT,
+                                          heartbeat=HEARTBEAT, what=label))
+        else:
+            result = fn(*inputs)
+    except GradingError as exc:
+        raise GradingError(f"{label}: {exc}") from None
+    except Exception as exc:  # the learner's code
+        raise GradingError(explain_exception(label, exc)) from None
     if not isinstance(result, torch.Tensor):
         raise GradingError(f"{label}: expected a tensor, found {type(result).__name__}")
     nonfinite = int((~torch.isfinite(result.float())).sum())
-    try:
-        assert_close(result, expected, rtol=rtol, atol=atol, name=label) if not nonfinite else None
-    except GradingError as exc:
-        found = str(exc).split(": ", 1)[-1]
-    else:
-        if not nonfinite:
-            return result
+    if nonfinite:
         found = f"{nonfinite} of {result.numel()} outputs NaN/Inf"
+    else:
+        try:
+            assert_close(result, expected, rtol=rtol, atol=atol, name=label)
+            return result
+        except GradingError as exc:
+            found = str(exc).split(": ", 1)[-1]
     raise GradingError(
         f"{label}: every score is far below zero (down to about {lowest_score:.0f}); expected the softmax-weighted "
-        f"average of V as usual, found {found}. Likely cause: the running max starts at 0 instead of -inf. With "
-        "m = 0, exp(s - m) underflows to 0 for every key, the running sum l stays 0 and the output is 0 / 0. Start "
-        "it at -inf (tl.full([BLOCK_M], float(\"-inf\"), tl.float32)): the first block then sets it to its own max")
+        f"average of V as usual, found {found}. Likely cause: the running max starts at 0 instead of -inf (or "
+        "the scores are not shifted by it). With m = 0, exp(s - m) underflows to 0 for every key, the running sum "
+        "l stays 0 and the output is 0 / 0. Start it at -inf (tl.full([BLOCK_M], float(\"-inf\"), tl.float32)): "
+        "the first block then sets it to its own max")
 
 
 def check_running_sums_fp32(acc_from_0: Any, l_from_0: Any, acc_from_big: Any, l_from_big: Any, *, big: float,
