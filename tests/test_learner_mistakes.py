@@ -386,7 +386,7 @@ def _sends_past_the_last_rank():
 @pytest.mark.slow
 def test_launcher_names_deadlocks_and_invalid_ranks_one_way():
     pytest.importorskip("torch")
-    from mlsys.course.launch import LaunchError, LaunchTimeout, launch
+    from mlsys.runtime.launch import LaunchError, LaunchTimeout, launch
 
     # gloo's own receive timeout reads as the launcher's deadlock message, not a 15-line traceback
     with pytest.raises(LaunchTimeout, match=r"ranks \[0, 1\] of 2 did not finish within 7 s.*A deadlock\?"):

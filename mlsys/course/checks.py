@@ -914,7 +914,7 @@ def _diagnose_ring(fn: Callable[..., Any], p: int, n: int, *, timeout: float = 3
     its step (chunk indices of either phase); only the last ``n % p`` elements wrong (chunk
     boundaries); shares counted twice. Returns "" where nothing specific is found.
     """
-    from .launch import LaunchError, launch
+    from ..runtime.launch import LaunchError, launch
 
     try:
         runs = [launch(_tagged_run, p, fn, n, timeout=timeout) for _ in range(2)]
@@ -964,7 +964,7 @@ def check_ring(fn: Callable[..., Any], world_sizes: Sequence[int], lengths: Sequ
     dtype slip. Wrong sums are explained by :func:`diagnose_ring`.
     """
     from .grading import assert_no_library_calls
-    from .launch import LaunchError, LaunchTimeout, launch
+    from ..runtime.launch import LaunchError, LaunchTimeout, launch
 
     assert_no_library_calls(fn, forbidden=FORBIDDEN_COLLECTIVES, name=what)
     torch = _torch()
@@ -1037,7 +1037,7 @@ def _full_batch_grads(batch: int, seed: int) -> list[Any]:
 
 def check_dp(step_fn: Callable[..., Any], world_sizes: Sequence[int], batch: int, timeout: float = 60.0) -> None:
     """Every rank of a data-parallel step must end with the whole batch's gradient, having seen its share."""
-    from .launch import LaunchError, launch
+    from ..runtime.launch import LaunchError, launch
 
     torch = _torch()
     for p in world_sizes:
