@@ -963,8 +963,8 @@ def check_ring(fn: Callable[..., Any], world_sizes: Sequence[int], lengths: Sequ
     float32 runs first; a ring right in float32 and wrong (or dying) in another dtype is reported as a
     dtype slip. Wrong sums are explained by :func:`diagnose_ring`.
     """
-    from .grading import assert_no_library_calls
     from ..runtime.launch import LaunchError, LaunchTimeout, launch
+    from .grading import assert_no_library_calls
 
     assert_no_library_calls(fn, forbidden=FORBIDDEN_COLLECTIVES, name=what)
     torch = _torch()
