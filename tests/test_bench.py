@@ -221,3 +221,27 @@ def test_matmul_records_burst_and_sustained_when_asked():
     assert ps["repeats"] >= 40 and "clocks" not in ps and "series" not in ps
     assert "no clock readings" in ps["method"]
     assert "power_state" not in micro.matmul_throughput("cpu", micro.Sizes(2**12, 32, 0, 5, 0.001, 2), "fp32")
+
+
+def test_time_interleaved_alternates_the_callables_round_by_round():
+    """Every round times each callable once, in the given order, after the warm-up calls of each."""
+    from mlsys.bench.timing import time_interleaved
+
+    calls: list[str] = []
+    fns = {"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}
+    timings = time_interleaved(fns, "cpu", what="order", repeats=3, warmup=2)
+    assert calls == ["a", "a", "b", "b"] + ["a", "b"] * 3
+    assert set(timings) == {"a", "b"} and all(t.repeats == 3 and t.warmup == 2 for t in timings.values())
+    assert "interleaved" in timings["a"].method
+    with pytest.raises(ValueError, match="device must be"):
+        time_interleaved(fns, "tpu", what="bad", repeats=1, warmup=0)
+
+
+def test_spin_up_runs_for_the_time_it_is_given():
+    import time
+
+    from mlsys.bench.timing import spin_up
+
+    t0 = time.perf_counter()
+    n = spin_up(lambda: None, 0.05)
+    assert time.perf_counter() - t0 >= 0.05 and n >= 1

@@ -391,9 +391,43 @@ def test_lab2_experiment_quick_run_on_the_cpu():
     data = record["results"]
     assert record["quick"] and record["device"]["kind"] == "cpu" and record["software"]["triton"]
     assert data["all_correct"] and data["failures"] == []
+    shapes = [f"{m}x{n}x{k}" for m, n, k in lab2_matmul.TINY_SHAPES]
     for name, sizes in lab2_matmul.TINY_SIZES.items():
-        assert sorted(int(s) for s in data["throughput"][name]) == sorted(sizes)
+        cubes = [s for s in data["throughput"][name] if s.isdigit()]
+        assert sorted(int(s) for s in cubes) == sorted(sizes)
+        # every kernel but the naive one also runs the non-cubic shapes
+        assert sorted(set(data["throughput"][name]) - set(cubes)) == ([] if name == "naive" else shapes)
     head = data["headline"]
     assert head["size"] == max(lab2_matmul.TINY_SIZES["grouped+autotuned"])
     # the ratio is cuBLAS time / kernel time = kernel throughput / cuBLAS throughput at the same size
     assert head["ratio"] == pytest.approx(head["throughput"]["value"] / head["cublas_throughput"]["value"], rel=1e-9)
+    # the lowest share is the minimum over the sizes and shapes it names, of the ratios recorded beside it
+    for name, low in data["lowest_share_of_cublas"].items():
+        assert low["missing"] == [] and low["at"] in low["over"] and shapes[0] in low["over"]
+        assert low["share"] == min(data["ratio_to_cublas"][name][s] for s in low["over"])
+
+
+def test_recorded_h200_run_holds_the_reference_near_cublas():
+    """The H200 record: every share is cuBLAS's time over the kernel's, both taken in one interleaved run;
+    the persistent+TMA reference is within 5% of cuBLAS on the power-of-two cubes and the short-k shape.
+    The size that is not a multiple of 128 is recorded and named as the lowest; the issue's 0.95 is NOT
+    reached there (wave quantization: 800 tiles of 128 x 256 on 132 SMs)."""
+    rec = json.loads((REPO / "data" / "measurements" / "nvidia-h200" / "lab2_matmul.json").read_text())
+    assert rec["device"]["name"] == "NVIDIA H200" and not rec["quick"]
+    data = rec["results"]
+    assert data["all_correct"] and data["failures"] == []
+    assert "interleaved" in data["method"]["method"]
+    times = data["time"]
+    peak = mlsys.hardware.get("H200").peak("fp16").to("TFLOP/s").magnitude
+    for name, by in data["ratio_to_cublas"].items():
+        for label, ratio in by.items():
+            assert ratio == pytest.approx(times["torch.matmul"][label]["value"] / times[name][label]["value"], rel=1e-9)
+            m, n, k = (int(x) for x in label.split("x")) if "x" in label else (int(label),) * 3
+            assert 2 * m * n * k / times[name][label]["value"] / 1e12 < peak  # nothing beats the datasheet
+    tma = data["ratio_to_cublas"]["persistent+TMA"]
+    for label in ("2048", "4096", "8192", "8192x8192x512"):
+        assert tma[label] >= 0.95, label
+    low = data["lowest_share_of_cublas"]["persistent+TMA"]
+    assert low["share"] == min(tma[s] for s in low["over"]) and set(low["over"]) >= {"2048", "4096", "8192"}
+    # the wave count behind the miss, by hand: ceil(5000/128) * ceil(5000/256) = 40 * 20 tiles over 132 SMs
+    assert low["at"] == "5000x5000x5000" and mlsys.tiling.tile_grid(5000, 5000, 128, 256).total == 800

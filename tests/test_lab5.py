@@ -316,3 +316,33 @@ def test_bad_submissions_lose_the_right_points(graded_lab):
                 continue
             assert getattr(row, key) == value, f"{student}.{key}: expected {value!r}, got {getattr(row, key)!r} ({row})"
         assert row.manual_max == 3
+
+
+def test_recorded_h200_run_names_every_backend_and_the_bar():
+    """The H200 record: SDPA timed once per backend, by name; the bar is the fastest backend (cuDNN's on
+    Hopper at N >= 4096); the reference beats the flash backend (FlashAttention-2) everywhere from
+    N = 2048, and its lowest share of the bar is the minimum of the rows. The issue's targets, as measured:
+    D = 64 at >= 0.9 of cuDNN is met; D = 128 at >= 0.85 is NOT (about 0.77-0.79 at N >= 4096)."""
+    rec = mlsys.bench.records.load_experiment("lab5_attention", device="nvidia-h200")
+    assert rec.device == "NVIDIA H200" and rec.results["dtype"] == "fp16"
+    assert set(rec.results["sdpa_backends"]) == {"sdpa", "sdpa_cudnn", "sdpa_efficient"}
+    peak = mlsys.hardware.get("H200").peak("fp16")
+    lowest = {}
+    for i, sweep in enumerate(rec.results["sweeps"]):
+        for j, row in enumerate(sweep["rows"]):
+            thr = {name: rec.q("sweeps", i, "rows", j, name, "throughput") for name in
+                   ("reference", "sdpa", "sdpa_cudnn", "sdpa_efficient")}
+            assert all(t < peak for t in thr.values())
+            fastest = max(("sdpa", "sdpa_cudnn", "sdpa_efficient"), key=lambda b: thr[b])
+            assert row["fastest_sdpa"] == fastest
+            assert row["reference_share_of_fastest_sdpa"] == pytest.approx((thr["reference"] / thr[fastest]).to("").magnitude)
+            if row["seq_len"] >= 2048:
+                assert thr["reference"] > thr["sdpa"]
+            if row["seq_len"] >= 4096:
+                assert fastest == "sdpa_cudnn"
+                key = f"D={sweep['head_dim']}"
+                lowest[key] = min(lowest.get(key, 1e9), row["reference_share_of_fastest_sdpa"])
+    recorded = rec.results["lowest_share_of_fastest_sdpa"]
+    assert {k: v["share"] for k, v in recorded.items()} == pytest.approx(lowest)
+    assert lowest["D=64"] >= 0.9
+    assert 0.7 <= lowest["D=128"] < 0.85  # short of the issue's 0.85: a change that reaches it updates this

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["Timing", "time_cpu", "time_cuda", "time_fn", "choose_repeats", "CheckFailed", "cpu_cache_bytes",
-           "l2_flush_bytes"]
+           "l2_flush_bytes", "spin_up", "time_interleaved"]
 
 
 class CheckFailed(AssertionError):
@@ -289,3 +289,94 @@ def time_fn(fn: Callable[[], Any], device: str, **kwargs: Any) -> Timing:
         raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
     kwargs["flush"] = kwargs.pop("flush_l2", True)
     return time_cpu(fn, **kwargs)
+
+
+def spin_up(fn: Callable[[], Any], seconds: float = 0.25) -> int:
+    """Call ``fn()`` back to back for ``seconds`` (synchronising every 16 calls); return the number of calls.
+
+    A time-based warm-up on top of a count of warm-up calls: five calls of a 60 microsecond kernel last a
+    third of a millisecond, while a GPU that idled may still be raising its clocks and power. The Lab 3
+    record times a softmax both ways (``softmax_spread``) to show whether it matters on the GPU at hand.
+    """
+    calls, t_end = 0, time.perf_counter() + seconds
+    while time.perf_counter() < t_end:
+        fn()
+        calls += 1
+        if calls % 16 == 0:
+            _synchronize()
+    return calls
+
+
+def _synchronize() -> None:
+    """Wait for the GPU's queued work, where torch has a GPU."""
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def time_interleaved(fns: dict[str, Callable[[], Any]], device: str, *, what: str, repeats: int = 20,
+                     warmup: int = 3, spin_up_s: float = 0.2, host_gap_s: float = 0.0) -> dict[str, Timing]:
+    """Time several callables call by call in turn, so each sees the same clocks, power and temperature.
+
+    Timing one version for a few dozen milliseconds and then the next compares them at different moments:
+    a GPU that has just run a heavy autotuning pass is hotter and may clock lower than it was a second
+    earlier, which favours whichever is timed first. Here, after ``warmup`` calls of each and a
+    ``spin_up_s`` second :func:`spin_up` of each, every round times each callable once (on a GPU: L2
+    flushed, then CUDA events around the call, as :func:`time_cuda`; on a CPU: ``time.perf_counter``
+    around the call). Returns ``{name: Timing}``; the median of each is the figure to quote.
+
+    ``host_gap_s`` > 0 (GPU only) queues a GPU spin of that long (``torch.cuda._sleep``, in cycles at the
+    SM's maximum clock) between the flush and the start event: while it runs, the host finishes the
+    call's Python launch path, so the events bracket the GPU's work and not a launch that a slow Python
+    wrapper (an autotuner, descriptors built per call) left the GPU waiting for. The timing record says so.
+    """
+    if repeats < 1 or warmup < 0 or not fns:
+        raise ValueError(f"need callables, repeats >= 1 and warmup >= 0, got {list(fns)}, {repeats}, {warmup}")
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+        if device == "cuda":
+            spin_up(fn, spin_up_s)
+    method = "interleaved: one call of each version per round"
+    if device != "cuda":
+        if device != "cpu":
+            raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
+        times: dict[str, list[float]] = {name: [] for name in fns}
+        for _ in range(repeats):
+            for name, fn in fns.items():
+                t0 = time.perf_counter()
+                fn()
+                times[name].append(time.perf_counter() - t0)
+        return {name: Timing(f"{what}: {name}", f"time.perf_counter around each call; {method}", tuple(ts), warmup,
+                             "none: caches are not flushed") for name, ts in times.items()}
+    import torch
+
+    dev = torch.cuda.current_device()
+    key = str(dev)
+    if key not in _FLUSHERS:
+        _FLUSHERS[key] = _L2Flusher(l2_flush_bytes(dev), f"cuda:{dev}")
+    flush = _FLUSHERS[key]
+    # cycles at the SM clock (kHz in the properties where torch has it; else 2 GHz, Hopper's top clock)
+    khz = getattr(torch.cuda.get_device_properties(dev), "clock_rate", 0) or 2_000_000
+    gap_cycles = int(host_gap_s * khz * 1e3) if host_gap_s > 0 else 0
+    events = {name: [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                     for _ in range(repeats)] for name in fns}
+    torch.cuda.synchronize()
+    for i in range(repeats):
+        for name, fn in fns.items():
+            flush()
+            if gap_cycles:
+                torch.cuda._sleep(gap_cycles)
+            start, end = events[name][i]
+            start.record()
+            fn()
+            end.record()
+    torch.cuda.synchronize()
+    flush_text = f"L2 flushed before each timed call by writing {flush.nbytes} bytes"
+    if gap_cycles:
+        method += (f"; a {host_gap_s * 1e6:g} us GPU spin before each start event, so host launch overhead "
+                   "is not timed")
+    return {name: Timing(f"{what}: {name}", f"CUDA events around each call (torch.cuda.Event.elapsed_time); {method}",
+                         tuple(s.elapsed_time(e) * 1e-3 for s, e in evs), warmup, flush_text)
+            for name, evs in events.items()}

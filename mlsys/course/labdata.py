@@ -15,21 +15,23 @@ from __future__ import annotations
 import json
 from typing import Any
 
-__all__ = ["reference", "EXPERIMENTS", "DEVICE"]
+__all__ = ["reference", "EXPERIMENTS", "DEVICE", "DEVICES"]
 
 #: the named experiment (``mlsys.bench.experiments``) that records each lab's reference run
 EXPERIMENTS = {"lab2": "lab2_matmul", "lab3": "lab3_fusion"}
-#: the device whose records the labs show
+#: the device whose records the labs show first
 DEVICE = "nvidia-h100-80gb-hbm3"
+#: every device with recorded lab runs, in the order the labs show them (the H200: same SMs, 1.4x the bandwidth)
+DEVICES = ("nvidia-h100-80gb-hbm3", "nvidia-h200")
 #: relu(x) * 0.5 + 1.0: each op reads one tensor (the chain Lab 3 fuses)
 _RELU_CHAIN_ARITIES = (1, 1, 1)
 
 
-def _experiment(lab: str) -> dict[str, Any] | None:
+def _experiment(lab: str, device: str = DEVICE) -> dict[str, Any] | None:
     from ..bench.records import load_experiment
 
     try:
-        rec = load_experiment(EXPERIMENTS[lab], device=DEVICE)
+        rec = load_experiment(EXPERIMENTS[lab], device=device)
     except FileNotFoundError:
         return None
     data = dict(rec.results)
@@ -39,16 +41,16 @@ def _experiment(lab: str) -> dict[str, Any] | None:
     return data
 
 
-def _launch_eager() -> tuple[float, str] | None:
+def _launch_eager(device: str = DEVICE) -> tuple[float, str] | None:
     """The device's eager launch cost from its roofs (seconds) and where it comes from, or None."""
     from ..bench import records
 
     try:
-        roofs = records.load(DEVICE)
+        roofs = records.load(device)
         launch = roofs.figure("launch_eager").to("s").magnitude
     except (FileNotFoundError, KeyError):
         return None
-    return float(launch), f"launch_eager of {DEVICE}'s roofs ({str(roofs.data['date'])[:10]})"
+    return float(launch), f"launch_eager of {device}'s roofs ({str(roofs.data['date'])[:10]})"
 
 
 _LOAD = _experiment  # the one data source; tests point it elsewhere
@@ -65,27 +67,35 @@ def _q(node: Any, unit: str | None = None) -> float:
     return float(Q_(node["value"], node["unit"]).to(unit).magnitude)
 
 
-def reference(lab: str) -> dict[str, Any] | None:
-    """The recorded reference run of ``"lab2"`` or ``"lab3"``, normalised, or None if this copy has none.
+def reference(lab: str, device: str = DEVICE) -> dict[str, Any] | None:
+    """The recorded reference run of ``"lab2"`` or ``"lab3"`` on ``device`` (a slug), normalised, or None if
+    this copy has none.
 
-    lab2: ``{"device", "day", "reproduce", "tflops": {kernel: {size: TFLOP/s}}, "headline": {"kernel",
-    "size", "tflops", "cublas_tflops", "ratio"}}``;
+    lab2: ``{"device", "day", "reproduce", "tflops": {kernel: {size: TFLOP/s}}`` (cubes m = n = k),
+    ``"shapes": {kernel: {"m x n x k": TFLOP/s}}`` (other shapes, where recorded), ``"headline": {"kernel",
+    "size", "tflops", "cublas_tflops", "ratio"}, "lowest_share": {kernel: {"share", "at", "over"}}`` (where recorded: the lowest
+    share of cuBLAS over the sizes ``over``)``;
     lab3: ``{"device", "day", "reproduce", "copy_bandwidth" (byte/s), "launch" (s, the roofs'
     ``launch_eager``), "launch_source", "elementwise": [{"label", "seconds": {version: s},
     "share_of_copy": {version: fraction}, "predicted_speedup"}], "softmax": [{"label", "seconds":
-    {"torch": s, "triton": s}, "share_of_copy"}]}``. ``predicted_speedup`` is
+    {"torch": s, "triton": s}, "share_of_copy"}], "softmax_spread": [{"label", "rounds": [(how it was
+    timed, share of copy)]}]}`` (the spread is empty where the record has none). ``predicted_speedup`` is
     :func:`mlsys.fusion.fusion_time` at the row's copy bandwidth and the roofs' launch cost.
     """
     if lab not in EXPERIMENTS:
         raise ValueError(f"reference: expected one of {sorted(EXPERIMENTS)}, got {lab!r}")
-    data = _LOAD(lab)
+    data = _LOAD(lab) if device == DEVICE else _experiment(lab, device)
     if data is None:
         return None
     out: dict[str, Any] = {"device": data["_device"], "day": str(data["_day"])[:10],
                            "reproduce": data["_reproduce"]}
     if lab == "lab2":
-        out["tflops"] = {k: {int(s): _q(v, "TFLOP/s") for s, v in by.items()}
+        out["tflops"] = {k: {int(s): _q(v, "TFLOP/s") for s, v in by.items() if s.isdigit()}
                          for k, by in data["throughput"].items()}
+        out["shapes"] = {k: {s: _q(v, "TFLOP/s") for s, v in by.items() if not s.isdigit()}
+                         for k, by in data["throughput"].items()}
+        out["lowest_share"] = {k: {"share": float(v["share"]), "at": v["at"], "over": list(v["over"])}
+                               for k, v in data.get("lowest_share_of_cublas", {}).items()}
         head = data["headline"]
         out["headline"] = {"kernel": head["kernel"], "size": int(head["size"]),
                            "tflops": _q(head["throughput"], "TFLOP/s"),
@@ -94,7 +104,7 @@ def reference(lab: str) -> dict[str, Any] | None:
         return out
     from .. import Q_, fusion
 
-    launch = _launch_eager()
+    launch = _launch_eager(device)
     if launch is None:  # no roofs for the device: the lab's own launch measurement stands in
         launch = (_q(data["launch_overhead"], "s"), "launch_overhead of the lab3_fusion record")
     out["launch"], out["launch_source"] = launch
@@ -117,6 +127,10 @@ def reference(lab: str) -> dict[str, Any] | None:
         "seconds": {k: _q(row[k]["time"], "s") for k in ("torch", "triton")},
         "share_of_copy": float(row["triton"]["share_of_copy"]),
     } for row in data["softmax"]]
+    out["softmax_spread"] = [{
+        "label": f"{row['dtype']} {'x'.join(str(s) for s in row['shape'])}",
+        "rounds": [(r["mode"], float(r["triton_share_of_copy"])) for r in row["rounds"]],
+    } for row in data.get("softmax_spread", [])]
     return out
 
 

@@ -1,12 +1,14 @@
-"""Attention forward throughput vs sequence length: Lab 5's reference kernel, SDPA's flash backend, naive PyTorch.
+"""Attention forward throughput vs sequence length: Lab 5's reference kernel, each SDPA backend, naive PyTorch.
 
-All three run side by side in one process on the same inputs (fp16, head dim 64 and 128, causal
+All run side by side in one process on the same inputs (fp16, head dim 64 and 128, causal
 and not; batch x sequence = 16384 tokens and heads x head dim = 2048, as in a 2048-wide model).
 The reference kernel is not copied here: it is executed from the cells of the lab's instructor
 notebook (``labs/source/lab5_attention``), so the record times the code learners are shown.
 Throughput is ``mlsys.attention.attention_flops`` (the two matmuls' FLOPs; causal counts the
 ``N (N + 1) / 2`` visible pairs) over the median time; each kernel's output is checked against
-SDPA's after timing. On a CPU (a smoke test) the kernel runs under the Triton interpreter at tiny
+SDPA's (flash) after timing. SDPA runs once per backend, named in the record: ``sdpa`` (flash,
+FlashAttention-2), ``sdpa_cudnn`` (cuDNN's fused attention, PyTorch's default on Hopper) and
+``sdpa_efficient`` (memory-efficient); the bar is the fastest of them at each point. On a CPU (a smoke test) the kernel runs under the Triton interpreter at tiny
 sizes and SDPA uses its default (math) backend, since the flash backend needs CUDA.
 """
 
@@ -57,16 +59,47 @@ def naive_attention(q: Any, k: Any, v: Any, causal: bool = False, scale: float |
     return torch.matmul(torch.softmax(s, dim=-1), v)
 
 
-def sdpa(q: Any, k: Any, v: Any, causal: bool = False) -> Any:
-    """``F.scaled_dot_product_attention``, restricted to the flash backend on CUDA."""
+#: SDPA's backends on CUDA, by the names the record uses; ``sdpa`` is the flash backend (FlashAttention-2)
+SDPA_BACKENDS = {"sdpa": "FLASH_ATTENTION", "sdpa_cudnn": "CUDNN_ATTENTION", "sdpa_efficient": "EFFICIENT_ATTENTION"}
+
+
+def sdpa_backend(backend: str) -> Callable[..., Any]:
+    """``F.scaled_dot_product_attention`` restricted to one backend (a ``torch.nn.attention.SDPBackend`` name)."""
     import torch.nn.functional as F
 
-    if q.is_cuda:
-        from torch.nn.attention import SDPBackend, sdpa_kernel
+    def run(q: Any, k: Any, v: Any, causal: bool = False) -> Any:
+        if q.is_cuda:
+            from torch.nn.attention import SDPBackend, sdpa_kernel
 
-        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-    return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            with sdpa_kernel(getattr(SDPBackend, backend)):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+    run.__name__ = f"sdpa_{backend.lower()}"
+    return run
+
+
+def sdpa(q: Any, k: Any, v: Any, causal: bool = False) -> Any:
+    """``F.scaled_dot_product_attention``, restricted to the flash backend on CUDA."""
+    return sdpa_backend("FLASH_ATTENTION")(q, k, v, causal)
+
+
+def available_backends(device: str) -> tuple[dict[str, Callable[..., Any]], dict[str, str]]:
+    """SDPA's backends that run here on a small fp16 problem, and why the others do not (name -> error)."""
+    import torch
+
+    if device != "cuda":
+        return {"sdpa": sdpa}, {}
+    q = torch.randn(1, 2, 256, 64, device=device, dtype=torch.float16)
+    ok, missing = {}, {}
+    for name, backend in SDPA_BACKENDS.items():
+        fn = sdpa_backend(backend)
+        try:
+            fn(q, q, q, False)
+            ok[name] = fn
+        except Exception as exc:  # e.g. cuDNN attention before Hopper or without cuDNN 9
+            missing[name] = f"{type(exc).__name__}: {exc}"[:500]
+    return ok, missing
 
 
 def shape_for(seq_len: int, head_dim: int, tokens: int = TOKENS, width: int = MODEL_WIDTH) -> tuple[int, int]:
@@ -79,14 +112,15 @@ def measure(impls: dict[str, Callable[..., Any]], device: str, seq_lens: Sequenc
             width: int = MODEL_WIDTH, check_against: str | None = "sdpa") -> list[dict[str, Any]]:
     """Time each ``impls[name](q, k, v, causal)`` at each sequence length; one row per length.
 
-    Each row holds the shape, the FLOPs, and per implementation its median time, throughput
-    (FLOP/s) and timing record; with ``check_against``, every other implementation's output is
+    The implementations are timed call by call in turn (:func:`mlsys.bench.timing.time_interleaved`),
+    so each sees the same clocks. Each row holds the shape, the FLOPs, and per implementation its
+    median time, throughput (FLOP/s) and timing record; with ``check_against``, every other implementation's output is
     compared with that one's after timing (max abs difference kept; > 0.05 raises).
     """
     import torch
 
     from ...attention import attention_flops
-    from ..timing import time_fn
+    from ..timing import time_interleaved
 
     torch_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[dtype]
     rows = []
@@ -97,10 +131,12 @@ def measure(impls: dict[str, Callable[..., Any]], device: str, seq_lens: Sequenc
         flops = attention_flops(b, h, n, head_dim, causal)
         row: dict[str, Any] = {"seq_len": n, "batch": b, "heads": h, "head_dim": head_dim, "causal": causal,
                                "dtype": dtype, "flops": {"value": flops.magnitude, "unit": "FLOP"}}
+        fns = {name: (lambda fn=fn, q=q, k=k, v=v: fn(q, k, v, causal)) for name, fn in impls.items()}
+        timings = time_interleaved(fns, device, what=f"attention B={b} H={h} N={n} D={head_dim} causal={causal} "
+                                   f"{dtype}", repeats=repeats, warmup=3)
         outputs = {}
         for name, fn in impls.items():
-            t = time_fn(lambda fn=fn, q=q, k=k, v=v: fn(q, k, v, causal), device, what=f"{name} attention B={b} H={h} N={n} "
-                        f"D={head_dim} causal={causal} {dtype}", repeats=repeats, warmup=3)
+            t = timings[name]
             outputs[name] = fn(q, k, v, causal)
             row[name] = {"time": {"value": t.median, "unit": "s"},
                          "throughput": {"value": flops.magnitude / t.median, "unit": "FLOP/s"},
@@ -129,7 +165,10 @@ def run(ctx: Any) -> dict[str, Any]:
     else:
         seq_lens, head_dims, dtype, tokens, width = CPU_SEQ_LENS, (16, 32), "fp32", 64, 32
         ctx.note("CPU: the reference kernel under the Triton interpreter, tiny sizes; SDPA's math backend")
-    impls = {"naive": naive_attention, "reference": attention, "sdpa": sdpa}
+    backends, missing = available_backends(ctx.device)
+    for name, why in missing.items():
+        ctx.note(f"SDPA backend {name} does not run here: {why}")
+    impls = {"naive": naive_attention, "reference": attention, **backends}
     sweeps = []
     for head_dim in head_dims:
         for causal in (False, True):
@@ -138,9 +177,26 @@ def run(ctx: Any) -> dict[str, Any]:
             for row in rows:
                 row["reference_share_of_sdpa"] = row["sdpa"]["time"]["value"] / row["reference"]["time"]["value"]
                 row["naive_share_of_sdpa"] = row["sdpa"]["time"]["value"] / row["naive"]["time"]["value"]
+                fastest = min(backends, key=lambda b: row[b]["time"]["value"])
+                row["fastest_sdpa"] = fastest
+                row["reference_share_of_fastest_sdpa"] = (row[fastest]["time"]["value"]
+                                                          / row["reference"]["time"]["value"])
             sweeps.append({"head_dim": head_dim, "causal": causal, "rows": rows})
     for key, config in getattr(ns["attention_kernel"], "cache", {}).items():
         ctx.note(f"autotuned config for (N_CTX, HEAD_DIM, CAUSAL, ...) = {key}: {config}")
+    lowest = {}
+    for sweep in sweeps:
+        for row in sweep["rows"]:
+            if row["seq_len"] >= 4096 or ctx.device != "cuda":
+                key = f"D={sweep['head_dim']}"
+                cand = (row["reference_share_of_fastest_sdpa"], row["seq_len"], sweep["causal"], row["fastest_sdpa"])
+                lowest[key] = min(lowest.get(key, cand), cand)
     return {"dtype": dtype, "tokens": tokens, "model_width": width, "sweeps": sweeps,
-            "method": "naive PyTorch, the notebook's reference Triton kernel and SDPA (flash backend on CUDA) "
-                      "timed one after another on the same inputs with mlsys.bench.timing.time_fn"}
+            "sdpa_backends": {name: SDPA_BACKENDS[name] for name in backends},
+            "sdpa_backends_missing": missing,
+            "lowest_share_of_fastest_sdpa": {
+                k: {"share": v[0], "seq_len": v[1], "causal": v[2], "fastest_sdpa": v[3]} for k, v in lowest.items()},
+            "method": "naive PyTorch, the notebook's reference Triton kernel and SDPA restricted to each of its "
+                      "backends (sdpa = flash, sdpa_cudnn, sdpa_efficient) timed call by call in turn on the same "
+                      "inputs with mlsys.bench.timing.time_interleaved; lowest_share_of_fastest_sdpa: the smallest "
+                      "reference / fastest-backend ratio over N >= 4096 (all N on a CPU), causal and not"}
