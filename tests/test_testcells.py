@@ -104,6 +104,7 @@ def test_a_learner_exception_costs_the_cell_with_its_message():
     assert out[0]["ename"] == "LearnerCodeError" and "boom raised ValueError: not yet" in out[0]["evalue"]
 
 
+@pytest.mark.slow
 def test_library_shortcuts_are_seen_in_what_the_call_dispatched():
     import torch.nn.functional as F
 
