@@ -108,5 +108,10 @@ def test_feedback_and_autograded_notebook_carry_no_hidden_test_and_no_live_marku
         for text in [graded, *(p.read_text() for p in pages)]:
             assert "BEGIN HIDDEN TESTS" not in text
             assert not [s for s in secret if s in text or json.dumps(s)[1:-1] in text]
-            for live in ("document.title = 'pwned", "onload=\"alert", "<img src=x onerror", "href=\"javascript:"):
-                assert live not in text, f"{name}: {live!r} reached {text[:80]!r}"
+        mimes = {k for c in json.loads(graded)["cells"] for o in c.get("outputs", []) for k in o.get("data", {})}
+        assert mimes <= {"text/plain", "image/png", "image/jpeg", "image/gif"}, mimes
+        for page in pages:  # the answer's source is shown as (escaped) code; nothing of it is live markup
+            html = page.read_text()
+            for live in ("<script>document.title", "<svg xmlns=\"http://www.w3.org/2000/svg\" onload",
+                         "<img src=x onerror", "href=\"javascript:"):
+                assert live not in html, f"{name}: {live!r} is live in {page.name}"
