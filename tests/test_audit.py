@@ -108,3 +108,15 @@ def test_instructor_solutions_raise_no_flag(lab):
     release = LABS / "release" / lab / f"{lab}.ipynb"
     given = json.loads(release.read_text()) if release.is_file() else None
     assert format_flags(audit_notebook(source, given)) == ""
+
+
+def test_rebinding_a_name_the_course_imported_is_flagged():
+    given = {"cells": [{"cell_type": "code", "metadata": {}, "source": "from mlsys.course import grading\nimport torch"}]}
+    nb = {"cells": [{"cell_type": "code", "metadata": {}, "source": src} for src in (
+        "import types\ngrading = types.SimpleNamespace(assert_close=lambda *a, **k: None)",
+        "def grading():\n    pass",
+        "import torch\nfrom mlsys.course import grading",  # the same things again: not a flag
+    )]}
+    flags = [f for f in audit_notebook(nb, given) if "rebinds" in f.what]
+    assert [(f.cell, f.kind) for f in flags] == [(0, "patching"), (1, "patching")], [str(f) for f in flags]
+    assert "rebinds the course's name 'grading' (mlsys.course.grading)" in flags[0].what

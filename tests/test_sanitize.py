@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from mlsys.course.sanitize import HIDDEN_LINE, hidden_lines, sanitize_notebook
 
 HIDDEN = "assert_close(double(x), np.array([3.0, -4.0, 2e30]), name=\"double(x)\")"
@@ -68,3 +70,48 @@ def test_no_live_markup_leaves_and_plain_text_stays():
     assert md["source"].startswith("````text\nnotes <img") and md["source"].endswith("\n````")  # a fence longer than ```
     assert raw["cell_type"] == "markdown" and raw["source"] == "```text\n<script>steal()</script>\n```"
     assert nb["cells"][0]["source"] == "# Lab <b>zero</b>"  # the course's own markdown is left as written
+
+
+@pytest.mark.slow
+def test_feedback_and_autograded_notebook_carry_no_hidden_test_and_no_live_markup(tmp_path):
+    """Graded for real (sandbox, nbgrader, feedback): a submission that shows HTML/JS/SVG, writes a hostile
+    Markdown cell and prints every cell's source from a pre_run_cell hook, beside an honest one."""
+    import shutil
+    from pathlib import Path
+
+    from mlsys.course import sandbox, teach
+
+    try:
+        sandbox.check()
+    except sandbox.SandboxUnavailable as exc:
+        pytest.skip(f"bubblewrap cannot run here: {exc}")
+    here = Path(__file__).resolve().parent
+    corpus, labs = here / "bad_submissions", here.parent / "labs"
+    root = tmp_path / "course"
+    (root / "source" / "lab0_tiny").mkdir(parents=True)
+    shutil.copy2(labs / "nbgrader_config.py", root / "nbgrader_config.py")
+    source = json.loads((corpus / "source" / "lab0_tiny" / "lab0_tiny.nb.json").read_text())
+    shutil.copy2(corpus / "source" / "lab0_tiny" / "lab0_tiny.nb.json", root / "source" / "lab0_tiny" / "lab0_tiny.ipynb")
+    shutil.copy2(corpus / "source" / "lab0_tiny" / "perf.toml", root / "source" / "lab0_tiny" / "perf.toml")
+    for name in ("good", "markup_and_leak"):
+        dest = root / "submitted" / name / "lab0_tiny" / "lab0_tiny.ipynb"
+        dest.parent.mkdir(parents=True)
+        shutil.copy2(corpus / f"{name}.nb.json", dest)
+    rows = {r.student: r for r in teach.grade(root, timeout=300, verbose=False, perf="off")}
+    secret = hidden_lines(source)
+    assert secret
+    for name in ("good", "markup_and_leak"):
+        assert rows[name].correctness_score == 3, rows[name]
+        pages = list((root / "feedback" / name / "lab0_tiny").glob("*.html"))
+        graded = (root / "autograded" / name / "lab0_tiny" / "lab0_tiny.ipynb").read_text()
+        assert pages, f"no feedback page for {name}"
+        for text in [graded, *(p.read_text() for p in pages)]:
+            assert "BEGIN HIDDEN TESTS" not in text
+            assert not [s for s in secret if s in text or json.dumps(s)[1:-1] in text]
+        mimes = {k for c in json.loads(graded)["cells"] for o in c.get("outputs", []) for k in o.get("data", {})}
+        assert mimes <= {"text/plain", "image/png", "image/jpeg", "image/gif"}, mimes
+        for page in pages:  # the answer's source is shown as (escaped) code; nothing of it is live markup
+            html = page.read_text()
+            for live in ("<script>document.title", "<svg xmlns=\"http://www.w3.org/2000/svg\" onload",
+                         "<img src=x onerror", "href=\"javascript:"):
+                assert live not in html, f"{name}: {live!r} is live in {page.name}"

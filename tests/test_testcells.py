@@ -104,6 +104,7 @@ def test_a_learner_exception_costs_the_cell_with_its_message():
     assert out[0]["ename"] == "LearnerCodeError" and "boom raised ValueError: not yet" in out[0]["evalue"]
 
 
+@pytest.mark.slow
 def test_library_shortcuts_are_seen_in_what_the_call_dispatched():
     import torch.nn.functional as F
 
@@ -160,3 +161,18 @@ def test_the_static_check_reads_the_notebook_not_the_worker():
     honest_looking = LocalRpc({"total": lambda xs: 6.0}, static=static).get("total")  # the worker lies about it
     with pytest.raises(grading.GradingError, match="numpy.sum"):
         grading.assert_no_library_calls(honest_looking, {"numpy.*"})
+
+
+def test_a_blob_that_is_a_link_is_refused(tmp_path):
+    """The worker names the file a tensor's bytes are in; a link (to the grader's /proc entries) is not read."""
+    proxy.RPC_DIR.mkdir(parents=True, exist_ok=True)
+    secret = tmp_path / "secret.bin"
+    secret.write_bytes(b"\x00" * 8)
+    link = proxy.RPC_DIR / "link-test.bin"
+    link.unlink(missing_ok=True)
+    link.symlink_to(secret)
+    with pytest.raises(OSError):
+        proxy.decode({"t": "ndarray", "dtype": "<f8", "shape": [1], "blob": "link-test.bin"}, lambda d: d)
+    assert not link.exists()
+    assert isinstance(proxy.decode({"t": "ndarray", "dtype": "|O", "shape": [1], "blob": "x.bin"}, lambda d: d),
+                      proxy.Rejected)

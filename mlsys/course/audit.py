@@ -20,7 +20,8 @@ plain code over them. Everything else is flagged, by kind:
 * ``introspection``: ``get_ipython`` in any spelling (the bare name, an attribute, a string), frame
   and tracing hooks, ``globals()``, dispatch or function modes, private ``torch._C`` calls;
 * ``patching``: assignment to an attribute of a library module or a name imported from one
-  (``torch.matmul = ...``, ``Tensor.copy_ = ...``), ``setattr``/``delattr``, ``sys.modules`` edits;
+  (``torch.matmul = ...``, ``Tensor.copy_ = ...``), ``setattr``/``delattr``, ``sys.modules`` edits,
+  and rebinding a grading helper the course's own cells import (``grading = ...``, ``def assert_close``);
 * ``imitation``: a class that subclasses a library type (``torch.Tensor``, ``numpy.ndarray``, a
   number type, a course class) or claims another identity (``__module__``, ``__class__``,
   ``__torch_function__``, ``__torch_dispatch__``, ``__array__``, ``__instancecheck__``...);
@@ -39,7 +40,7 @@ from typing import Any
 
 from ..runtime.notebook import is_autograded
 
-__all__ = ["Flag", "Auditor", "ALLOWED_MODULES", "audit_source", "audit_notebook", "format_flags"]
+__all__ = ["Flag", "Auditor", "ALLOWED_MODULES", "audit_source", "audit_notebook", "course_names", "format_flags"]
 
 ALLOWED_MODULES: frozenset[str] = frozenset({
     "torch", "triton", "numpy", "math", "mlsys", "matplotlib", "__future__", "dataclasses", "functools",
@@ -96,6 +97,7 @@ _IMITATION_DUNDERS = {
     "__array_ufunc__", "__array_function__", "__array_interface__", "__instancecheck__", "__subclasscheck__",
     "__cuda_array_interface__", "__dlpack__",
 }
+_HELPERS = ("mlsys.course", "mlsys.bench.timing")  # what test cells check with: rebinding these is flagged
 _IMITATED_BASES = ("torch.", "numpy.", "pint.", "mlsys.", "triton.")
 _NUMBER_BASES = {"float", "int", "complex", "bool", "str", "list", "tuple", "dict"}
 _LEGIT_BASES = {"torch.nn.Module", "torch.autograd.Function", "torch.nn.modules.module.Module"}
@@ -164,8 +166,9 @@ def _module_kind(mod: str) -> str | None:
 class Auditor(ast.NodeVisitor):
     """Walks one cell's syntax tree and collects :class:`Flag` records (see the module doc)."""
 
-    def __init__(self, cell: int = 0) -> None:
+    def __init__(self, cell: int = 0, course_names: dict[str, str] | None = None) -> None:
         self.cell = cell
+        self.course_names = course_names or {}  # names the course's own cells import -> what they name
         self.flags: list[Flag] = []
         self.aliases: dict[str, str] = {}  # local name -> dotted origin (a module or an object in one)
 
@@ -197,6 +200,30 @@ class Auditor(ast.NodeVisitor):
                     self.aliases[a.asname or a.name] = f"{node.module}.{a.name}"
         self.visit(tree)
         return self.flags
+
+    def rebinds(self, node: ast.AST, name: str, origin: str | None = None) -> None:
+        """Flag a top-level rebinding of a name the course imported (``grading = ...``), unless it names the same thing."""
+        was = self.course_names.get(name)
+        if was and (was.startswith(_HELPERS) or name.startswith("assert_")) and origin != was:
+            self.flag(node, "patching", f"rebinds the course's name {name!r} ({self.course_names[name]})")
+
+    def visit_Module(self, node: ast.Module) -> None:
+        for stmt in node.body:
+            if isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+                targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+                for t in targets:
+                    for sub in ast.walk(t):
+                        if isinstance(sub, ast.Name):
+                            self.rebinds(stmt, sub.id)
+            elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                self.rebinds(stmt, stmt.name)
+            elif isinstance(stmt, ast.Import):
+                for a in stmt.names:
+                    self.rebinds(stmt, a.asname or a.name.split(".")[0], a.name if a.asname else a.name.split(".")[0])
+            elif isinstance(stmt, ast.ImportFrom) and stmt.module:
+                for a in stmt.names:
+                    self.rebinds(stmt, a.asname or a.name, f"{stmt.module}.{a.name}")
+        self.generic_visit(node)
 
     # -- visitors
     def visit_Import(self, node: ast.Import) -> None:
@@ -348,8 +375,30 @@ def _folded(node: ast.AST) -> str | None:
     return None
 
 
-def audit_source(source: str, cell: int = 0) -> list[Flag]:
-    """Flags for one cell's source (IPython syntax allowed)."""
+def course_names(nb: dict[str, Any] | None) -> dict[str, str]:
+    """Names the course's code cells of a released notebook bind by import, with what each names."""
+    names: dict[str, str] = {}
+    for cell in (nb or {}).get("cells", []):
+        meta = cell.get("metadata", {}).get("nbgrader", {}) or {}
+        if cell.get("cell_type") != "code" or meta.get("solution") or meta.get("grade"):
+            continue
+        try:
+            tree = ast.parse("\n".join("" if _MAGIC.match(ln) else ln for ln in _text(cell).splitlines()))
+        except SyntaxError:
+            continue
+        for node in tree.body:
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    names[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                for a in node.names:
+                    names[a.asname or a.name] = f"{node.module}.{a.name}"
+    return names
+
+
+def audit_source(source: str, cell: int = 0, course: dict[str, str] | None = None) -> list[Flag]:
+    """Flags for one cell's source (IPython syntax allowed); ``course``: names the course's cells import
+    (:func:`course_names`), whose rebinding is flagged."""
     flags: list[Flag] = []
     py_lines = []
     for i, line in enumerate(source.splitlines(), 1):
@@ -366,7 +415,7 @@ def audit_source(source: str, cell: int = 0) -> list[Flag]:
         tree = ast.parse("\n".join(py_lines))
     except SyntaxError as exc:
         return flags + [Flag(cell, exc.lineno or 0, "syntax", f"does not parse: {exc.msg}")]
-    return _dedupe(flags + Auditor(cell).run(tree))
+    return _dedupe(flags + Auditor(cell, course).run(tree))
 
 
 def _dedupe(flags: list[Flag]) -> list[Flag]:
@@ -391,6 +440,7 @@ def audit_notebook(nb: dict[str, Any], given: dict[str, Any] | None = None) -> l
     (e.g. the set-up cell that pip-installs in Colab) is not audited.
     """
     released = {_text(c) for c in (given or {}).get("cells", []) if c.get("cell_type") == "code"}
+    names = course_names(given)
     flags: list[Flag] = []
     code_index = -1
     for cell in nb.get("cells", []):
@@ -401,7 +451,7 @@ def audit_notebook(nb: dict[str, Any], given: dict[str, Any] | None = None) -> l
             continue
         if _text(cell) in released:
             continue
-        flags += audit_source(_text(cell), code_index)
+        flags += audit_source(_text(cell), code_index, names)
     return flags
 
 

@@ -140,6 +140,9 @@ def check() -> str:
             "disabled (sysctl kernel.unprivileged_userns_clone / user.max_user_namespaces) or the container "
             "forbids them; enable them, or grade with --no-sandbox for submissions you trust.")
     _CHECKED[path] = path
+    probe_cgroup = Cgroup.create(Limits())  # where none can be made, the note is printed here, once, for the teacher
+    if probe_cgroup is not None:
+        probe_cgroup.close()
     return path
 
 

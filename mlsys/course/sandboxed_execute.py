@@ -80,6 +80,16 @@ def run_in_sandbox(module: str, job: dict[str, Any], scratch: Path, settings: di
     else:
         env = {k: v for k, v in os.environ.items() if not k.startswith("MLSYS_SANDBOX")}
         env.update(PYTHONPATH=settings["site"], HOME=str(scratch), MPLBACKEND="Agg", PYTHONHASHSEED="0")
+    try:
+        return _collect(argv, env, job, nonce, scratch, module, deadline, log, on_result)
+    finally:
+        if cgroup is not None:
+            cgroup.close()  # whatever is left in it is killed, and it is removed
+
+
+def _collect(argv: list[str], env: dict[str, str] | None, job: dict[str, Any], nonce: str, scratch: Path, module: str,
+             deadline: float, log: Path, on_result: Any) -> tuple[list[dict[str, Any]], str]:
+    """Start the sandboxed process, send its job, collect its nonce-marked result lines until done."""
     with open(log, "ab") as err:
         proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, cwd=scratch,
                                 env=env, start_new_session=True)
@@ -124,8 +134,6 @@ def run_in_sandbox(module: str, job: dict[str, Any], scratch: Path, settings: di
             ended = "done"
             break
     _kill(proc)  # whatever the sandbox still runs (detached processes included) ends here
-    if cgroup is not None:
-        cgroup.close()
     return results, ended
 
 
