@@ -183,7 +183,8 @@ TRITON = {"matmul_kernel"}
     ({}, "matmul", "no kernel of yours"),
     ({"philox_harness": [40, 50.0]}, "matmul", "no kernel of yours"),
     ({"matmul_kernel": [20, 100.0]}, "matmul", "accounts for"),
-    ({"matmul_kernel_v2": [20, 4000.0]}, "matmul", "no kernel of yours"),
+    ({"matmul_kernel_0d1d2d": [20, 4000.0]}, "matmul", ""),
+    ({"matmul_kernel_v2_x": [20, 4000.0]}, "matmul", "no kernel of yours"),
 ])
 def test_kernel_trace_decision(kernels, forbid, why):
     """A round of 20 calls measured at 200 us each: the learner's Triton kernel may run; vendor kernels,

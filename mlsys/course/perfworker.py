@@ -176,7 +176,7 @@ def _kernel_summary(prof: Any) -> dict[str, list[float]]:
     out: dict[str, list[float]] = {}
     for e in prof.events():
         if str(getattr(e, "device_type", "")).endswith("CUDA"):
-            us = float(getattr(e, "device_time", None) or getattr(e, "cuda_time", 0.0) or 0.0)
+            us = float(e.time_range.elapsed_us())
             c = out.setdefault(e.name, [0, 0.0])
             c[0] += 1
             c[1] += us

@@ -189,6 +189,15 @@ VENDOR_KERNEL_MARKS = ("cublas", "cutlass", "gemm", "gemv", "xmma", "cudnn", "fl
 """Substrings (lower case) of vendor-library kernel names: cuBLAS/cuBLASLt, CUTLASS, cuDNN,
 FlashAttention, NCCL, cuSPARSELt. A kernel whose name holds one earns nothing, whoever launched it."""
 
+TRACE_SLACK_S = 50e-6
+"""Per-call time the kernel trace need not account for (launches, the wire): below it, tiny kernels
+are all overhead and the trace-time cross-check says nothing."""
+
+LIBRARY_ONLY_MARKS = ("cublas", "cutlass", "xmma", "cudnn", "nccl", "cusparse", "sm90_", "sm80_", "sm100_",
+                      "ampere_", "hopper_", "volta_", "turing_", "magma")
+"""Marks no hand-written kernel's name needs: a Triton kernel named with one is refused (it would pass
+a library kernel of that name off as the learner's). ``gemm`` or ``flash`` are fine names for your own."""
+
 ALWAYS_ALLOWED_KERNELS = ("memcpy", "memset")
 """Trace entries that are data movement, not compute (CUPTI names them "Memcpy HtoD", "Memset")."""
 
@@ -237,13 +246,15 @@ def kernel_refusal(forbid: str, kernels: dict[str, list[float]], harness: set[st
     worker's empty round traced (input generation, fingerprints); ``measured_s``: the verdict's time
     per call. Refused: a vendor-library kernel; with ``forbid="compute"`` any kernel that is not the
     learner's Triton kernel or a copy; no kernel of the learner at all; a trace whose kernels account
-    for under a quarter of the measured time (work the trace did not see).
+    for under a quarter of the measured time beyond :data:`TRACE_SLACK_S` (work the trace did not see).
     """
-    imitating = sorted(t for t in triton_names if any(m in t.lower() for m in VENDOR_KERNEL_MARKS))
+    import re
+
+    imitating = sorted(t for t in triton_names if any(m in t.lower() for m in LIBRARY_ONLY_MARKS))
     if imitating:
         return f"your Triton kernels are named like library kernels ({', '.join(imitating[:3])}): rename them"
     own = {n: c for n, c in kernels.items() if n not in harness}
-    mine = {n for n in own if n in triton_names}
+    mine = {n for n in own if any(re.fullmatch(re.escape(t) + r"(_[0-9A-Za-z]+)?", n) for t in triton_names)}
     vendor = sorted(n for n in own if n not in mine and any(m in n.lower() for m in VENDOR_KERNEL_MARKS))
     if vendor:
         return f"vendor library kernels ran in the timed calls: {', '.join(v[:80] for v in vendor[:3])}"
@@ -254,7 +265,7 @@ def kernel_refusal(forbid: str, kernels: dict[str, list[float]], harness: set[st
         return ("no kernel of yours ran in the timed calls (the trace holds "
                 f"{', '.join(sorted(own)[:3]) or 'nothing but the grader'})")
     traced = sum(c[1] for c in own.values()) * 1e-6 / max(calls, 1)
-    if measured_s > 0 and traced < 0.25 * measured_s:
+    if traced < 0.25 * (measured_s - TRACE_SLACK_S):
         return (f"the kernel trace accounts for {traced * 1e6:.3g} us of the {measured_s * 1e6:.3g} us measured per call: "
                 "work ran that the trace did not see")
     return ""
