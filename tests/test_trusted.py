@@ -253,3 +253,20 @@ def test_wire_carries_bytes_not_objects():
     with pytest.raises(perfwire.WireError, match="closed"):
         perfwire.recv(r)
     os.close(r)
+
+
+def test_preview_in_the_notebook_runs_the_same_checks(capsys):
+    """The learner's preview (fake timer, in the notebook's own process) passes an honest function and
+    refuses a cached one with the same sentence the grader would write."""
+    from pathlib import Path
+
+    spec = Path(__file__).resolve().parent / "bad_submissions" / "source" / "lab0_tiny" / "perf.toml"
+    assert float(trusted.grade_performance("lab0_tiny", "perf_speed", spec=spec, fake=True,
+                                           namespace={"double": lambda x: x + x})) == 1.0
+    cache: dict = {}
+
+    def cached(x):
+        return cache.setdefault(tuple(x.shape), x + x)
+    assert float(trusted.grade_performance("lab0_tiny", "perf_speed", spec=spec, fake=True,
+                                           namespace={"double": cached})) == 0.0
+    assert "differ from the reference" in capsys.readouterr().out

@@ -345,7 +345,7 @@ class _LocalWorker:
         import torch
 
         from . import perfwire
-        from .perfworker import build_function, run_calls
+        from .perfworker import _recorder, build_function, run_calls
 
         if msg.get("op") == "arm":
             self.pending.append(({"armed": False}, []))
@@ -355,8 +355,11 @@ class _LocalWorker:
         inputs: list[tuple] = []
         try:
             fn = build_function(torch, msg["fn"], self.namespace, self.device)
+            seen: set[str] = set()
             outs, head["fingerprints"], inputs = run_calls(torch, fn, msg["shapes"], getattr(torch, msg["dtype"]),
-                                                   msg["seeds"], self.device, dict(msg.get("kwargs") or {}))
+                                                           msg["seeds"], self.device, dict(msg.get("kwargs") or {}),
+                                                           _recorder(torch, seen) if msg.get("record_ops") else None)
+            head["ops"] = sorted(seen)
         except Exception as exc:
             head["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
         self.pending.append((head, []))

@@ -60,20 +60,73 @@ def brief(v: dict) -> dict:
             "roofline_floor_s": ev.get("roofline_floor_s")}
 
 
+def time_step(a: argparse.Namespace, lab2: Path, left: object) -> dict:
+    cells = cells_of(lab2 / "lab2_tiled_matmul.ipynb")
+    new_cases = tomllib.loads((lab2 / "perf.toml").read_text())
+    res, wall = verdict("mlsys.course.trusted", new_cases, cells, min(120, left()))
+    row = {"new": {"wall_s": wall, "verdicts": {g: brief(v) for g, v in res.get("verdicts", {}).items()},
+                   "fatal": res.get("fatal")}}
+    print(f"time new: {wall:.1f} s {row['new']}", flush=True)
+    if a.old:
+        old_cases = tomllib.loads(Path(a.old[1]).read_text())
+        res, wall = verdict(a.old[0], old_cases, cells, min(120, left()))
+        row["old"] = {"wall_s": wall, "fatal": res.get("fatal"),
+                      "verdicts": {g: {"score": v.get("score"), "reason": v.get("reason"),
+                                       "line": (v.get("lines") or [""])[0]} for g, v in res.get("verdicts", {}).items()}}
+        print(f"time old: {wall:.1f} s {row['old']}", flush=True)
+    return row
+
+
+def repeat_step(lab: str, n: int, left: object) -> dict:
+    spec = tomllib.loads((REPO / "labs" / "source" / lab / "perf.toml").read_text())
+    cases = {f"{gid}__{i + 1:02d}": d for i in range(n) for gid, d in spec.items()}
+    res, wall = verdict("mlsys.course.trusted", cases, cells_of(REPO / "labs" / "source" / lab / f"{lab}.ipynb"),
+                        left() - 10)
+    row = {"wall_s": wall, "fatal": res.get("fatal"), "verdicts": {g: brief(v) for g, v in res.get("verdicts", {}).items()}}
+    for g, v in row["verdicts"].items():
+        print(f"{g}: {v['score']} of {v['points']}  {v['reason'] or v['line']}", flush=True)
+    if res.get("fatal"):
+        print(lab, "FATAL", res["fatal"], flush=True)
+    return row
+
+
+def corpus_step(a: argparse.Namespace, left: object) -> dict:
+    expected = json.loads((CORPUS / "expected.json").read_text())
+    sys.path.insert(0, str(CORPUS))
+    from grade_corpus import PERF_CASES
+
+    spec = tomllib.loads((CORPUS / "source" / "lab0_tiny" / "perf.toml").read_text())
+    rows: dict = {}
+
+    def one(name: str) -> tuple[str, dict, float]:
+        res, wall = verdict("mlsys.course.trusted", spec, cells_of(CORPUS / f"{name}.nb.json"), max(left() - 5, 5), a.fake)
+        return name, res, wall
+    names = [n for n in PERF_CASES if (CORPUS / f"{n}.nb.json").is_file()]
+    with cf.ThreadPoolExecutor(1 if a.fake else 4) as pool:
+        for name, res, wall in pool.map(one, names):
+            v = res.get("verdicts", {}).get("perf_speed", {"reason": res.get("fatal", "no verdict")})
+            want = expected.get(name, {}).get("performance_score")
+            ok = want is None or (v.get("score") is not None and float(v["score"]) == float(want))
+            rows[name] = {"verdict": brief(v), "expected_performance_score": want, "matches_expected": ok, "wall_s": wall}
+            print(f"{name:28s} {v.get('score')} (expected {want}) {v.get('reason') or (v.get('lines') or [''])[0]}",
+                  flush=True)
+    return {"rows": rows, "all_match": all(r["matches_expected"] for r in rows.values())}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("out", type=Path)
     p.add_argument("--budget", type=float, default=270.0)
     p.add_argument("--old", nargs=2, metavar=("MODULE", "SPEC"))
-    p.add_argument("--repeats", default="lab2_tiled_matmul=10,lab3_fusion=3,lab5_attention=3")
-    p.add_argument("--steps", default="time,repeat,corpus")
+    p.add_argument("--steps", default="time,repeat:lab2_tiled_matmul=10,corpus,repeat:lab3_fusion=2,repeat:lab5_attention=2",
+                   help="in order: time, repeat:LAB=N (N gradings of LAB's instructor cells), corpus")
     p.add_argument("--fake", action="store_true", help="the corpus step with the fake timer (a CPU check)")
     a = p.parse_args(argv)
     sys.path.insert(0, str(REPO))
     from mlsys.bench.provenance import provenance
 
     end = time.monotonic() + a.budget
-    out: dict = {"date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "provenance": provenance("cuda"),
+    out: dict = {"date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "provenance": provenance("cpu" if a.fake else "cuda"),
                  "steps": {}}
 
     def save() -> None:
@@ -85,63 +138,19 @@ def main(argv: list[str] | None = None) -> int:
 
     steps = a.steps.split(",")
     lab2 = REPO / "labs" / "source" / "lab2_tiled_matmul"
-    if "time" in steps:
-        cells = cells_of(lab2 / "lab2_tiled_matmul.ipynb")
-        new_cases = tomllib.loads((lab2 / "perf.toml").read_text())
-        res, wall = verdict("mlsys.course.trusted", new_cases, cells, min(120, left()))
-        row = {"new": {"wall_s": wall, "verdicts": {g: brief(v) for g, v in res.get("verdicts", {}).items()},
-                       "fatal": res.get("fatal")}}
-        print(f"time new: {wall:.1f} s {row['new']}", flush=True)
-        if a.old:
-            old_cases = tomllib.loads(Path(a.old[1]).read_text())
-            res, wall = verdict(a.old[0], old_cases, cells, min(120, left()))
-            row["old"] = {"wall_s": wall, "verdicts": {g: {"score": v.get("score"), "reason": v.get("reason"),
-                                                           "line": (v.get("lines") or [""])[0]}
-                                                       for g, v in res.get("verdicts", {}).items()},
-                          "fatal": res.get("fatal")}
-            print(f"time old: {wall:.1f} s {row['old']}", flush=True)
-        out["steps"]["time"] = row
-        save()
-    if "repeat" in steps:
-        rep: dict = {}
-        for item in a.repeats.split(","):
-            lab, n = item.split("=")
+    rep: dict = {}
+    for step in steps:
+        if step == "time" and left() > 30:
+            out["steps"]["time"] = time_step(a, lab2, left)
+        elif step.startswith("repeat:"):
+            lab, n = step.removeprefix("repeat:").split("=")
             if left() < 30:
                 rep[lab] = {"skipped": "device budget spent"}
-                continue
-            spec = tomllib.loads((REPO / "labs" / "source" / lab / "perf.toml").read_text())
-            cases = {f"{gid}__{i + 1:02d}": d for i in range(int(n)) for gid, d in spec.items()}
-            res, wall = verdict("mlsys.course.trusted", cases, cells_of(REPO / "labs" / "source" / lab / f"{lab}.ipynb"),
-                                left() - 10)
-            rep[lab] = {"wall_s": wall, "fatal": res.get("fatal"),
-                        "verdicts": {g: brief(v) for g, v in res.get("verdicts", {}).items()}}
-            for g, v in rep[lab]["verdicts"].items():
-                print(f"{g}: {v['score']} of {v['points']}  {v['reason'] or v['line']}", flush=True)
+            else:
+                rep[lab] = repeat_step(lab, int(n), left)
             out["steps"]["repeat"] = rep
-            save()
-    if "corpus" in steps and left() > 20:
-        expected = json.loads((CORPUS / "expected.json").read_text())
-        sys.path.insert(0, str(CORPUS))
-        from grade_corpus import PERF_CASES
-
-        spec = tomllib.loads((CORPUS / "source" / "lab0_tiny" / "perf.toml").read_text())
-        rows: dict = {}
-
-        def one(name: str) -> tuple[str, dict, float]:
-            res, wall = verdict("mlsys.course.trusted", spec, cells_of(CORPUS / f"{name}.nb.json"), max(left() - 5, 5),
-                                a.fake)
-            return name, res, wall
-        names = [n for n in PERF_CASES if (CORPUS / f"{n}.nb.json").is_file()]
-        with cf.ThreadPoolExecutor(1 if a.fake else 4) as pool:
-            for name, res, wall in pool.map(one, names):
-                v = res.get("verdicts", {}).get("perf_speed", {"reason": res.get("fatal", "no verdict")})
-                want = expected.get(name, {}).get("performance_score")
-                ok = want is None or (v.get("score") is not None and float(v["score"]) == float(want))
-                rows[name] = {"verdict": brief(v), "expected_performance_score": want, "matches_expected": ok,
-                              "wall_s": wall}
-                print(f"{name:28s} {v.get('score')} (expected {want}) {v.get('reason') or (v.get('lines') or [''])[0]}",
-                      flush=True)
-        out["steps"]["corpus"] = {"rows": rows, "all_match": all(r["matches_expected"] for r in rows.values())}
+        elif step == "corpus" and left() > 20:
+            out["steps"]["corpus"] = corpus_step(a, left)
         save()
     save()
     return 0
