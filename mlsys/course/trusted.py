@@ -489,11 +489,6 @@ class _Verdict:
                 raise _Refused(f"{what}, call {i + 1}: expected a {str(ref.dtype)[6:]} tensor of shape "
                                f"{tuple(ref.shape)}, got {str(out.dtype)[6:]} {tuple(out.shape)}")
             got = out.to(self.device)
-            total = float(torch.sum(got, dtype=torch.float64))
-            scale = float(torch.sum(got.abs(), dtype=torch.float64)) if got.is_floating_point() else abs(total)
-            if not (math.isfinite(fp) and abs(fp - total) <= 1e-6 * scale + 1e-6):
-                raise _Refused(f"{what}, call {i + 1}: the output sent differs from the one the worker "
-                               f"fingerprinted when it said the call was done ({fp!r} vs {total!r})")
             a, e = got.double(), ref.double()
             ok = torch.isfinite(a) & ((a - e).abs() <= case.atol + case.rtol * e.abs())
             if not bool(ok.all()):
@@ -502,6 +497,11 @@ class _Verdict:
                 raise _Refused(f"{what}, call {i + 1}: {bad} of {ok.numel()} elements differ from the reference "
                                f"(first at flat index {idx}: {float(a.flatten()[idx])!r} vs "
                                f"{float(e.flatten()[idx])!r}, rtol={case.rtol:g}, atol={case.atol:g})")
+            total = float(torch.sum(got, dtype=torch.float64))
+            scale = float(torch.sum(got.abs(), dtype=torch.float64)) if got.is_floating_point() else abs(total)
+            if not (math.isfinite(fp) and abs(fp - total) <= 1e-6 * scale + 1e-6):
+                raise _Refused(f"{what}, call {i + 1}: the output sent differs from the one the worker "
+                               f"fingerprinted when it said the call was done ({fp!r} vs {total!r})")
 
 
 def _shapes(case: PerfCase, small: bool) -> tuple[list[list[int]], list[list[int]]]:
