@@ -33,22 +33,23 @@ class WireError(RuntimeError):
     """A message broke the wire format (truncated, too large, or of an unknown dtype)."""
 
 
-def _read_exact(fd: int, n: int, deadline: float | None = None) -> bytes:
+def _read_exact(fd: int, n: int, deadline: float | None = None) -> bytearray:
     import select
     import time
 
-    chunks, got = [], 0
+    buf = bytearray(n)
+    view = memoryview(buf)
+    got = 0
     while got < n:
         if deadline is not None:
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([fd], [], [], left)[0]:
                 raise WireError(f"no answer within the time limit ({got} of {n} bytes read)")
-        b = os.read(fd, min(n - got, 1 << 24))
-        if not b:
+        k = os.readv(fd, [view[got:got + (1 << 24)]])
+        if not k:
             raise WireError(f"the other end closed the wire after {got} of {n} bytes")
-        chunks.append(b)
-        got += len(b)
-    return b"".join(chunks)
+        got += k
+    return buf
 
 
 def _write_all(fd: int, data: bytes | memoryview) -> None:
@@ -66,7 +67,7 @@ def send(fd: int, header: dict[str, Any], blobs: list[bytes | memoryview] = ()) 
         _write_all(fd, b)
 
 
-def recv(fd: int, deadline: float | None = None) -> tuple[dict[str, Any], list[bytes]]:
+def recv(fd: int, deadline: float | None = None) -> tuple[dict[str, Any], list[bytearray]]:
     """Read one message: (header, the raw bytes of each tensor it announces), by ``deadline``
     (``time.monotonic()`` seconds; None waits for ever)."""
     (n,) = struct.unpack(">Q", _read_exact(fd, 8, deadline))
@@ -99,7 +100,7 @@ def tensor_bytes(t: Any) -> tuple[dict[str, Any], memoryview]:
     return {"dtype": name, "shape": list(c.shape), "nbytes": int(raw.nbytes)}, memoryview(raw).cast("B")
 
 
-def tensor_from_bytes(desc: dict[str, Any], raw: bytes) -> Any:
+def tensor_from_bytes(desc: dict[str, Any], raw: bytes | bytearray) -> Any:
     """A fresh ``torch.Tensor`` (exact type, CPU) holding ``raw`` as ``desc`` says; malformed raises WireError."""
     import math
 
@@ -114,5 +115,6 @@ def tensor_from_bytes(desc: dict[str, Any], raw: bytes) -> Any:
     itemsize = torch.empty(0, dtype=dtype).element_size()
     if math.prod(shape) * itemsize != len(raw):
         raise WireError(f"{len(raw)} bytes do not hold a {name} tensor of shape {shape}")
-    flat = torch.frombuffer(bytearray(raw), dtype=torch.uint8) if raw else torch.empty(0, dtype=torch.uint8)
-    return flat.view(dtype).reshape(shape).clone()
+    buf = raw if isinstance(raw, bytearray) else bytearray(raw)  # our own copy: the tensor may keep it
+    flat = torch.frombuffer(buf, dtype=torch.uint8) if buf else torch.empty(0, dtype=torch.uint8)
+    return flat.view(dtype).reshape(shape)

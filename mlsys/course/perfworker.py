@@ -35,11 +35,14 @@ __all__ = ["make_inputs", "run_calls", "exec_cells", "main"]
 
 
 def make_inputs(torch: Any, shapes: list[list[int]], dtype: Any, seed: int, device: str) -> tuple:
-    """The inputs of one call: standard normal values from ``seed`` (float32 Philox), cast to ``dtype``.
+    """The inputs of one call: standard normal values from ``seed`` (Philox), one kernel per input on a
+    GPU (drawn in ``dtype`` itself), float32 then cast on a CPU.
 
     The verdict process calls this with the same seed to rebuild the inputs it never received.
     """
     gen = torch.Generator(device=device).manual_seed(int(seed))
+    if device == "cuda":
+        return tuple(torch.empty(*s, device=device, dtype=dtype).normal_(generator=gen) for s in shapes)
     return tuple(torch.randn(*s, generator=gen, device=device, dtype=torch.float32).to(dtype) for s in shapes)
 
 
@@ -65,25 +68,40 @@ def build_function(torch: Any, spec: dict[str, Any], namespace: dict[str, Any] |
 
 
 def run_calls(torch: Any, fn: Any, shapes: list[list[int]], dtype: Any, seeds: list[int], device: str,
-              kwargs: dict[str, Any], record: Any = None) -> tuple[list[Any], list[float], list[tuple]]:
+              kwargs: dict[str, Any], record: Any = None, harness_time: list[float] | None = None
+              ) -> tuple[list[Any], list[float], list[tuple]]:
     """One round: for each seed, fresh inputs (new storage, new values), one call, an exact-type check
     and a float64 fingerprint (the output's sum) taken on the device; then the whole device is idle.
     Every call's inputs stay alive to the end of the round, so no two calls share an address.
 
     Returns (outputs, fingerprints, inputs). Raises TypeError for a result that is not exactly ``torch.Tensor``.
     """
-    outs, prints, inputs = [], [], []
+    outs, prints, inputs, marks = [], [], [], []
+    timed = harness_time is not None and device == "cuda"
+
+    def mark() -> Any:
+        if not timed:
+            return None
+        e = torch.cuda.Event(enable_timing=True)
+        e.record()
+        return e
     for seed in seeds:
+        m0 = mark()
         args = make_inputs(torch, shapes, dtype, seed, device)
+        m1 = mark()
         inputs.append(args)
         out = fn(*args, **kwargs) if record is None else record(fn, args, kwargs)
         if type(out) is not torch.Tensor:
             raise TypeError(f"the function returned a {type(out).__module__}.{type(out).__qualname__}; "
                             "expected exactly a torch.Tensor")
         outs.append(out)
+        m2 = mark()
         prints.append(torch.sum(out.detach(), dtype=torch.float64))
+        marks.append((m0, m1, m2, mark()))
     if device == "cuda":
         torch.cuda.synchronize()  # every stream of this process, until the device is idle
+    if timed:  # the GPU time of input generation and fingerprints alone (the grader's own work)
+        harness_time.append(sum(a.elapsed_time(b) + c.elapsed_time(d) for a, b, c, d in marks) * 1e-3)
     return outs, [float(p) for p in prints], inputs
 
 
@@ -242,9 +260,13 @@ def main(role: str) -> int:
             try:
                 fn = build_function(torch, msg["fn"], namespace, device)
                 kwargs = dict(msg.get("kwargs") or {})
+                harness: list[float] = []
                 outs, head["fingerprints"], inputs = run_calls(
                     torch, fn, msg["shapes"], getattr(torch, msg["dtype"]), msg["seeds"], device, kwargs,
-                    _recorder(torch, seen) if msg.get("record_ops") else None)
+                    _recorder(torch, seen) if msg.get("record_ops") else None,
+                    harness if msg.get("harness_time") else None)
+                if harness:
+                    head["harness_gpu_s"] = harness[0]
             except BaseException as exc:
                 head["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
                 outs = []

@@ -393,6 +393,7 @@ class _Window:
     kernels: dict[str, list[float]] | None
     trace_error: str = ""
     inputs: list[Any] | None = None
+    harness_s: float | None = None
 
 
 class _Verdict:
@@ -417,7 +418,7 @@ class _Verdict:
 
     def window(self, worker: Any, fn: dict[str, Any], case: PerfCase, shapes: list[list[int]], seeds: list[int],
                *, record_ops: bool = False, send_outputs: bool = False, send_inputs: bool = False,
-               trace: bool = False) -> _Window:
+               trace: bool = False, harness_time: bool = False) -> _Window:
         """One round of ``len(seeds)`` calls, timed by this process's clock from the request to the
         worker's "done" (which it sends after the device is idle and every fingerprint is taken)."""
         armed, trace_error = False, ""
@@ -425,8 +426,10 @@ class _Verdict:
             worker.send({"op": "arm"})
             head, _ = worker.recv(self.deadline)
             armed, trace_error = bool(head.get("armed")), str(head.get("error", ""))
-        msg = {"op": "round", "fn": fn, "shapes": shapes, "dtype": case.dtype, "seeds": seeds, "kwargs": case.kwargs,
-               "record_ops": record_ops, "send_outputs": send_outputs, "send_inputs": send_inputs}
+        msg = {"op": "round", "fn": fn, "shapes": shapes, "dtype": case.dtype, "seeds": seeds,
+               "kwargs": case.kwargs if "name" in fn else {},  # the learner's function's keywords, not the baseline's
+               "record_ops": record_ops, "send_outputs": send_outputs, "send_inputs": send_inputs,
+               "harness_time": harness_time}
         t0 = self.clock()
         worker.send(msg)
         head, _ = worker.recv(self.deadline)
@@ -459,8 +462,11 @@ class _Verdict:
         if not isinstance(fps, list) or len(fps) != len(seeds) or not all(isinstance(x, (int, float)) for x in fps):
             raise _Refused("the worker sent no fingerprint for every call")
         seconds = len(seeds) * FAKE_SECONDS if self.fake else t1 - t0
-        return _Window(seconds, [float(x) for x in fps], list(head.get("ops") or []), outputs, kernels, trace_error,
-                       inputs)
+        win = _Window(seconds, [float(x) for x in fps], list(head.get("ops") or []), outputs, kernels, trace_error,
+                      inputs)
+        h = head.get("harness_gpu_s")
+        win.harness_s = float(h) if isinstance(h, (int, float)) and math.isfinite(h) and h >= 0 else None
+        return win
 
     def check_inputs(self, case: PerfCase, shapes: list[list[int]], seeds: list[int], win: _Window) -> None:
         """The inputs as the worker held them after the calls, against the ones rebuilt from the seeds."""
@@ -570,18 +576,23 @@ def _prepare(v: _Verdict, base_worker: Any, case: PerfCase) -> _Prepared:
                      itemsize=torch.empty(0, dtype=dtype).element_size())
     for fn in (base_fn, empty_fn):  # warm-up: first calls pay for compilation and allocation
         v.window(base_worker, fn, case, shapes, v.seeds(2))
-    _baseline_round(v, base_worker, prep)
+    _baseline_round(v, base_worker, prep, trace=v.trace)  # traced once: the grader's own kernels, by name
     return prep
 
 
-def _baseline_round(v: _Verdict, base_worker: Any, prep: _Prepared) -> None:
+def _baseline_round(v: _Verdict, base_worker: Any, prep: _Prepared, trace: bool = False) -> None:
+    """An overhead round and a baseline round in the clean worker. The overhead is the GPU time of the
+    grader's own work in a round (input generation, fingerprints), timed with CUDA events by the
+    clean worker: it is what that work adds to a round whose GPU is busy, so it is subtracted from the
+    learner's rounds and the baseline's alike (the wall time of an empty round would be launch-bound
+    and subtract too much). On a CPU it is the round's wall time."""
     case, k = prep.case, prep.case.repeats
-    over = v.window(base_worker, prep.empty_fn, case, prep.shapes, v.seeds(k), trace=v.trace)
-    prep.over.append(over.seconds)
+    over = v.window(base_worker, prep.empty_fn, case, prep.shapes, v.seeds(k), trace=trace, harness_time=v.cuda)
+    prep.over.append(over.harness_s if v.cuda and over.harness_s is not None else over.seconds)
     if over.kernels is not None:
         prep.harness |= set(over.kernels)
         prep.trace_ok = True  # the clean worker can trace here: a learner's worker that cannot is refused
-    prep.base.append(v.window(base_worker, prep.base_fn, case, prep.shapes, v.seeds(k), trace=v.trace).seconds)
+    prep.base.append(v.window(base_worker, prep.base_fn, case, prep.shapes, v.seeds(k)).seconds)
 
 
 def _verdict(case: PerfCase, credit: float | None, reason: str, lines: list[str],

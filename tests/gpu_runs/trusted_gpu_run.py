@@ -57,7 +57,8 @@ def brief(v: dict) -> dict:
             "line": (v.get("lines") or [""])[0], "learner_spread": ev.get("learner_spread"),
             "baseline_spread": ev.get("baseline_spread"), "remeasured": ev.get("remeasured"),
             "kernels": list(ev.get("kernels") or {})[:4], "trace": ev.get("trace"),
-            "roofline_floor_s": ev.get("roofline_floor_s")}
+            "roofline_floor_s": ev.get("roofline_floor_s"), "learner_rounds_s": ev.get("learner_rounds_s"),
+            "baseline_rounds_s": ev.get("baseline_rounds_s"), "overhead_rounds_s": ev.get("overhead_rounds_s")}
 
 
 def time_step(a: argparse.Namespace, lab2: Path, left: object) -> dict:
@@ -102,7 +103,7 @@ def corpus_step(a: argparse.Namespace, left: object) -> dict:
         res, wall = verdict("mlsys.course.trusted", spec, cells_of(CORPUS / f"{name}.nb.json"), max(left() - 5, 5), a.fake)
         return name, res, wall
     names = [n for n in PERF_CASES if (CORPUS / f"{n}.nb.json").is_file()]
-    with cf.ThreadPoolExecutor(1 if a.fake else 4) as pool:
+    with cf.ThreadPoolExecutor(1 if a.fake else 6) as pool:
         for name, res, wall in pool.map(one, names):
             v = res.get("verdicts", {}).get("perf_speed", {"reason": res.get("fatal", "no verdict")})
             want = expected.get(name, {}).get("performance_score")
