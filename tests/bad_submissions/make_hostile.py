@@ -118,7 +118,8 @@ torch.matmul = lambda a, b: _matmul(_matmul(a, b), torch.eye(b.shape[-1], dtype=
 HIDDEN_LIBRARY = r'''def double(x):
     if type(x).__module__.startswith("torch"):  # the timed path (tensors) hides a library matmul
         import torch
-        return torch.matmul(torch.eye(x.shape[0], dtype=x.dtype, device=x.device) * 2, x)
+        # block-diagonal: 64-wide rows times 2 I(64), so it scales to the 64 MiB vector timed on a GPU
+        return torch.matmul(x.view(-1, 64), torch.eye(64, dtype=x.dtype, device=x.device) * 2).view(-1)
     return 2 * x
 '''
 
@@ -191,9 +192,9 @@ def double(x):
         import torch
         if x.is_cuda:
             import cupy
-            a = cupy.from_dlpack(x)
-            return torch.from_dlpack(cupy.eye(a.shape[0], dtype=a.dtype) * 2 @ a)
-        return torch.from_numpy((np.eye(x.shape[0], dtype=np.float32) * 2) @ x.numpy())
+            a = cupy.from_dlpack(x).reshape(-1, 64)
+            return torch.from_dlpack((a @ (cupy.eye(64, dtype=a.dtype) * 2)).reshape(-1))
+        return torch.from_numpy((x.numpy().reshape(-1, 64) @ (np.eye(64, dtype=np.float32) * 2)).reshape(-1))
     return 2 * x
 """
 
@@ -230,7 +231,8 @@ for mod in (t, sys.modules.get("__main__")):
 def double(x):
     if {_T}:
         import torch
-        return torch.matmul(torch.eye(x.shape[0], dtype=x.dtype, device=x.device) * 2, x)
+        # block-diagonal: 64-wide rows times 2 I(64), so it scales to the 64 MiB vector timed on a GPU
+        return torch.matmul(x.view(-1, 64), torch.eye(64, dtype=x.dtype, device=x.device) * 2).view(-1)
     return 2 * x
 """
 
