@@ -666,7 +666,7 @@ def grade_case(v: _Verdict, base_worker: Any, learner: Any, prep: _Prepared, tri
         mine_s = (min(mine) - over) / k
         ev.update(learner_rounds_s=mine, baseline_rounds_s=prep.base, overhead_rounds_s=prep.over,
                   learner_spread=spread(mine), baseline_spread=spread(prep.base), remeasured=rounds > case.rounds,
-                  kernels={n: c for n, c in sorted(kernels_seen.items(), key=lambda x: -x[1][1])[:8]})
+                  kernels={n[:200]: c for n, c in sorted(kernels_seen.items(), key=lambda x: -x[1][1])[:8]})
         if not (mine_s > 0 and math.isfinite(mine_s)):
             raise _Refused(f"the measured time per call ({mine_s!r} s after the grader's own overhead) is not positive")
         floor_line = ""
