@@ -30,25 +30,34 @@ and its ``perf_*`` cell becomes two lines::
 
 In the learner's notebook that call is a *preview* (same checks, in the notebook's own process; no
 GPU: it prints :data:`mlsys.course.grading.NOT_GRADED`). When the teacher grades, the cell's output
-is replaced by the verdict of :func:`main`, run by ``make grade`` in a fresh sandboxed process:
+is replaced by the verdict of :func:`main`, run by ``make grade`` in the submission's sandbox. That
+process (the *verdict process*) never executes an answer cell (``docs/GRADING_PERFORMANCE.md`` is
+the trust model):
 
-1. it imports torch, the timer (:func:`mlsys.bench.timing.time_fn`) and the check helpers, and
-   records the identity of every attribute of ``torch``, ``torch.Tensor``, ``torch.nn.functional``,
-   ``torch.cuda``, ``time``, ``builtins``, ``mlsys.bench.timing`` and ``mlsys.course.grading`` and
-   the set of kernels registered through ``torch.library``;
-2. it builds the inputs (timing inputs and fresh ones the learner's code never sees before the final
-   check) with its own random seeds, computes the references and times the baseline, all before
-   any learner code exists in the process;
-3. it runs the learner's answer cells (never the test cells);
-4. it refuses credit, with a reason, if any recorded attribute was replaced, a kernel was registered
-   with ``torch.library``, a dispatch mode is left active, the function fails its correctness check,
-   runs a forbidden aten op (recorded with a ``TorchDispatchMode`` during a checked call, with
-   ``torch.compile`` disabled so compiled torch code shows its ops), or returns wrong results on the
-   fresh inputs after timing. Only then is the share ``baseline / function`` turned into credit.
+1. it starts two workers (:mod:`mlsys.course.perfworker`): a *baseline* worker that never sees an
+   answer cell, and a *learner* worker that gets the answer cells only after the baseline has been
+   measured once, clean;
+2. each checked call gets inputs drawn from seeds the verdict process chose (new storage, new
+   values); the worker returns exact ``torch.Tensor`` results as raw bytes
+   (:mod:`mlsys.course.perfwire`), which are compared with the verdict's own reference, every call;
+3. a checked call records the aten ops and Triton launches it ran (forbidden library routines
+   refuse); on a GPU every timed round is traced and vendor-library kernels refuse
+   (:func:`kernel_refusal`); a time below the roofline floor from the lab's ``flops`` and ``bytes``
+   and the GPU's measured roofs refuses (:func:`roofline_floor`);
+4. rounds of ``repeats`` calls alternate between baseline and learner, timed by the verdict's clock
+   from the request to the worker's "done" (sent after ``torch.cuda.synchronize()`` with a
+   fingerprint of every output, checked later against its bytes); the share is the fastest baseline
+   round over the fastest learner round, less the grader's own work, and a share below full credit
+   is measured again before it stands (:func:`credit_of`).
+
+Extra perf.toml keys: ``kernels = "triton"`` (the trace must show a Triton kernel of the learner's),
+``flops`` and ``bytes`` (expressions in the argument shapes and ``itemsize``, per call, for the
+roofline floor), ``rounds`` (default 3).
 
 ``MLSYS_FAKE_TIMER=1`` (or ``fake=True``) selects a deterministic fake timer so CI exercises every
-decision on a CPU: each timed callable is called ``repeats`` times and reported as taking 1 ms, so an
-honest function earns full credit and every refusal is still tested for real.
+decision on a CPU: every round is reported as ``repeats`` x 1 ms, so an honest function earns full
+credit and every refusal (all of them but the GPU trace and the roofline floor, which have tests of
+their own) is still taken for real.
 """
 
 from __future__ import annotations
