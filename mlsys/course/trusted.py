@@ -1,4 +1,4 @@
-"""Performance credit from trusted code: a fresh process that measures before it runs any answer.
+"""Performance credit decided by a process that never runs an answer cell (the verdict process).
 
 The API for lab authors
 -----------------------
