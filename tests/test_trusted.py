@@ -270,3 +270,15 @@ def test_preview_in_the_notebook_runs_the_same_checks(capsys):
     assert float(trusted.grade_performance("lab0_tiny", "perf_speed", spec=spec, fake=True,
                                            namespace={"double": cached})) == 0.0
     assert "differ from the reference" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_a_worker_that_dies_or_garbles_the_wire_earns_nothing():
+    """The learner's worker exits in the middle of a checked call, or writes garbage where the grader
+    reads its answers: the verdict process says so and gives no credit (it never trusts the wire)."""
+    v = _verdict(["import os\ndef double(x):\n    os._exit(3)\n"])
+    assert v["credit"] == 0.0 and "stopped answering" in v["reason"], v
+    v = _verdict(["import os\ndef double(x):\n    for fd in range(3, 12):\n        try:\n"
+                  "            os.write(fd, (99).to_bytes(8, 'big') + b'{' * 99)\n        except OSError:\n"
+                  "            pass\n    return x + x\n"])
+    assert v["credit"] == 0.0 and v["reason"].startswith("refused"), v
