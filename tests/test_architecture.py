@@ -35,8 +35,10 @@ ROOMS = ("models", "runtime", "bench", "course")  # each may import the rooms be
 BENCH_MAY_IMPORT: dict[str, str] = {}
 TIMER_ALLOWED = {
     "mlsys/runtime/notebook.py": "records how long each notebook cell took (a report, not a GPU measurement)",
-    "mlsys/course/trusted.py": "captures the clock before any answer cell runs (so a submission cannot swap it); "
-                               "it times kernels with mlsys.bench.timing.time_fn",
+    "mlsys/course/trusted.py": "the verdict process: its own clock times each round of a worker from outside, "
+                               "where no answer cell runs (a submission cannot swap it)",
+    "mlsys/course/perfworker.py": "the clean baseline worker times the grader's own work in a round with CUDA events, "
+                                  "so that it can be subtracted from the verdict's round times",
 }
 
 

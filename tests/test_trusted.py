@@ -39,32 +39,66 @@ def test_honest_function_gets_full_credit():
     assert "share 1" in v["lines"][0] and "fake timer" in v["lines"][0]
 
 
+HONEST = "def double(x):\n    return x + x\n"
+
+
 @pytest.mark.slow  # a trusted process per attack: ~3 s of CPU each
 @pytest.mark.parametrize("cells, reason", [
-    (["import mlsys.bench.timing as t\nt.time_fn = lambda *a, **k: None\ndef double(x): return x + x\n"],
-     "mlsys.bench.timing.time_fn was replaced"),
-    (["import time\ntime.perf_counter = lambda: 0.0\ndef double(x): return x + x\n"], "time.perf_counter was replaced"),
-    (["import torch\n_c = torch.Tensor.copy_\ntorch.Tensor.copy_ = lambda s, o: _c(s, o)\ndef double(x): return x + x\n"],
-     "torch.Tensor.copy_"),
-    (["import torch\ntorch.matmul = lambda a, b: a\ndef double(x): return x + x\n"], "torch.matmul was replaced"),
-    (["from mlsys.course import grading\ngrading.assert_close = lambda *a, **k: None\ndef double(x): return x\n"],
-     "mlsys.course.grading.assert_close was replaced"),
+    # the learner's worker patched: the verdict process neither imports nor runs any of it
+    (["import mlsys.course.trusted as t\nt.forbidden_ops = lambda *a: []\nt.credit_of = lambda *a: 1.0\n"
+      "import torch\ndef double(x):\n    return torch.mv(torch.eye(x.shape[0]) * 2, x)\n"], "aten::mv"),
+    (["import sys, torch\nsys.modules['__main__'].make_inputs = lambda t, s, d, seed, dev: "
+      "tuple(torch.ones(*x) for x in s)\n" + HONEST], "differ from the reference"),
     (["import torch\nlib = torch.library.Library('aten', 'IMPL')\nlib.impl('mul.Tensor', lambda a, b: a, 'CPU')\n"
-      "def double(x): return x * 2\n"], "torch.library"),
+      "def double(x): return x * 2\n"], "differ from the reference"),
+    # library routines (recorded at the dispatcher in the checked call)
     (["import torch\ndef double(x):\n    return torch.mv(torch.eye(x.shape[0]) * 2, x)\n"], "aten::mv"),
     (["import torch\ndef double(x):\n    return (x.unsqueeze(0) @ (torch.eye(x.shape[0]) * 2)).squeeze(0)\n"], "aten::mm"),
-    (["def double(x):\n    return x * 3\n"], "fails its correctness check"),
+    (["import sys, torch\nsys.modules['__main__']._recorder = lambda torch, seen: (lambda f, a, k: f(*a, **k))\n"
+      "def double(x):\n    return torch.mv(torch.eye(x.shape[0]) * 2, x)\n"], "neither an aten computation nor a Triton kernel"),
+    (["import numpy as np, torch\ndef double(x):\n    return torch.from_numpy((np.eye(x.shape[0], dtype=np.float32) * 2) @ x.numpy())\n"],
+     "neither an aten computation nor a Triton kernel"),
+    # semantics: caching, stale buffers, copies, precision, in-place
+    (["cache = {}\ndef double(x):\n    k = tuple(x.shape)\n    if k not in cache:\n        cache[k] = x + x\n"
+      "    return cache[k]\n"], "differ from the reference"),
+    (["def double(x):\n    return x\n"], "differ from the reference"),
+    (["import torch\ndef double(x):\n    return (x.half() * 2).float()\n"], "differ from the reference"),
+    (["import torch\ndef double(x):\n    return (x * 2).half()\n"], "expected a float32 tensor"),
     (["def double(x):\n    x.mul_(2)\n    return x\n"], "changed its input"),
-    (["n = [0]\ndef double(x):\n    n[0] += 1\n    return x + x if n[0] < 3 else x\n"], "results after timing differ"),
+    (["def double(x):\n    return x * 3\n"], "differ from the reference"),
+    (["n = [0]\ndef double(x):\n    n[0] += 1\n    return x + x if n[0] < 3 else x\n"], "differ from the reference"),
+    # results that only look like tensors
+    (["import torch\nclass Lazy(torch.Tensor):\n    pass\ndef double(x):\n    return (x + x).as_subclass(Lazy)\n"],
+     "expected exactly a torch.Tensor"),
+    (["class T:\n    __module__ = 'torch'\n    def __init__(self, x): self.x = x\n"
+      "    def __getattr__(self, k): return getattr(self.x + self.x, k)\ndef double(x):\n    return T(x)\n"],
+     "expected exactly a torch.Tensor"),
+    # timing: work finished by a thread after the call returned
+    (["import threading, time, torch\ndef double(x):\n    out = torch.zeros_like(x)\n"
+      "    threading.Thread(target=lambda: (time.sleep(0.2), out.copy_(x * 2))).start()\n    return out\n"],
+     "refused"),
     (["raise RuntimeError('no answer yet')\n"], "no function double()"),
-    (["import torch\nfrom torch.utils._python_dispatch import TorchDispatchMode\n"
-      "class M(TorchDispatchMode):\n    def __torch_dispatch__(self, f, t, a=(), k=None):\n        return f(*a, **(k or {}))\n"
-      "M().__enter__()\ndef double(x): return x + x\n"], "dispatch mode"),
 ])
+@pytest.mark.slow
 def test_attacks_earn_no_performance_credit(cells, reason):
     v = _verdict(cells)
     assert v["credit"] == 0.0 and v["score"] == 0.0, v
     assert reason in v["reason"], v["reason"]
+
+
+@pytest.mark.parametrize("patch", [
+    "import mlsys.bench.timing as t\nt.time_fn = lambda *a, **k: None\n",
+    "import time\ntime.perf_counter = lambda: 0.0\n",
+    "import torch\nfrom torch.utils._python_dispatch import TorchDispatchMode\n"
+    "class M(TorchDispatchMode):\n    def __torch_dispatch__(self, f, t, a=(), k=None):\n        return f(*a, **(k or {}))\n"
+    "M().__enter__()\n",
+])
+@pytest.mark.slow
+def test_patches_in_the_learners_process_change_nothing(patch):
+    """The clock, the checks and the credit live in the verdict process: patching the learner's own
+    process leaves an honest function's verdict as it was, and a wrong one still refused."""
+    assert _verdict([patch + HONEST])["credit"] == 1.0
+    assert "differ from the reference" in _verdict([patch + "def double(x):\n    return x\n"])["reason"]
 
 
 @pytest.mark.slow  # a trusted process: ~3 s of CPU
@@ -103,7 +137,7 @@ def test_kwargs_reach_every_call_of_the_function():
     v = _verdict(["def double(x, factor=1):\n    return x * factor\n"], case)
     assert v["reason"] == "" and v["credit"] == 1.0, v
     v = _verdict(["def double(x, factor=1):\n    return x * factor\n"], CASE)
-    assert "fails its correctness check" in v["reason"], v
+    assert "differ from the reference" in v["reason"], v
 
 
 @pytest.mark.slow  # trusted processes: ~2.8 s of CPU
@@ -139,3 +173,119 @@ def test_preview_without_gpu_prints_not_graded(capsys, monkeypatch):
     monkeypatch.setattr("mlsys.runtime.device.has_cuda", lambda: False)
     assert trusted.grade_performance("lab0_tiny", "perf_double", fake=False) == 0.0
     assert "performance: not graded (no GPU)" in capsys.readouterr().out
+
+
+# ----------------------------------------------------------------------------------------------
+# the decisions, from evidence given to them directly (no process started)
+
+TRITON = {"matmul_kernel"}
+
+
+@pytest.mark.parametrize("kernels, forbid, why", [
+    ({"matmul_kernel": [20, 4000.0]}, "matmul", ""),
+    ({"matmul_kernel": [20, 4000.0], "Memcpy DtoD (Device -> Device)": [20, 10.0]}, "compute", ""),
+    ({"sm90_xmma_gemm_f16f16_f16f32_f32_tn_n_tilesize128x128x64": [20, 3000.0]}, "matmul", "vendor library"),
+    ({"matmul_kernel": [20, 100.0], "cutlass_80_tensorop_h16816gemm": [20, 3000.0]}, "matmul", "vendor library"),
+    ({"void at::native::vectorized_elementwise_kernel<4, MulFunctor>": [20, 4000.0]}, "compute", "other than your Triton"),
+    ({}, "matmul", "no kernel of yours"),
+    ({"philox_harness": [40, 50.0]}, "matmul", "no kernel of yours"),
+    ({"matmul_kernel": [20, 100.0]}, "matmul", "accounts for"),
+    ({"matmul_kernel_0d1d2d": [20, 4000.0]}, "matmul", ""),
+    ({"matmul_kernel_v2_x": [20, 4000.0]}, "matmul", "no kernel of yours"),
+])
+def test_kernel_trace_decision(kernels, forbid, why):
+    """A round of 20 calls measured at 200 us each: the learner's Triton kernel may run; vendor kernels,
+    other kernels (where everything must be written by hand), nothing at all, or a trace that saw a
+    tenth of the measured time (100 us over 20 calls = 5 us of 200 us) may not."""
+    got = trusted.kernel_refusal(forbid, kernels, {"philox_harness"}, TRITON, True, 20, 200e-6)
+    assert (why in got) if why else got == "", got
+
+
+def test_a_triton_kernel_named_like_a_library_kernel_is_refused():
+    """Naming a kernel after cuBLAS's would otherwise pass cuBLAS's own kernel off as the learner's."""
+    name = "sm90_xmma_gemm_f16f16_f16f32_f32_tn_n_tilesize128x128x64"
+    got = trusted.kernel_refusal("matmul", {name: [20, 4000.0]}, set(), {name}, True, 20, 200e-6)
+    assert "named like library kernels" in got
+
+
+def test_triton_kernel_names_are_read_from_source_without_running_it():
+    cells = ["import triton\nimport triton.language as tl\n@triton.jit\ndef add_kernel(x_ptr):\n    pass\n",
+             "from triton import jit\n@jit\ndef k2(p):\n    pass\n@triton.autotune(configs=[], key=[])\n@triton.jit\n"
+             "def k3(p):\n    pass\ndef host(x):\n    raise SystemExit  # never runs\n",
+             "%timeit host(1)\n", "def broken(:\n"]
+    assert trusted.triton_kernel_names(cells) == {"add_kernel", "k2", "k3"}
+
+
+def test_roofline_floor_is_the_slower_of_compute_and_traffic():
+    """A 4096^3 fp16 matmul on a roof of 989 TFLOP/s and 4.8 TB/s: 2 * 4096^3 / 989e12 = 1.3897e-4 s of
+    compute against 3 * 4096^2 * 2 byte / 4.8e12 = 2.097e-5 s of traffic."""
+    from mlsys.roofline import Roof
+    from mlsys.units import ureg
+
+    roof = Roof(989e12 * ureg("FLOP/s"), 4.8e12 * ureg("byte/s"))
+    assert trusted.roofline_floor(2 * 4096**3, 3 * 4096**2 * 2, roof) == pytest.approx(1.3897e-4, rel=1e-4)
+    assert trusted.roofline_floor(1, 1e9, roof) == pytest.approx(1e9 / 4.8e12)
+
+
+def test_credit_and_spread():
+    case = trusted.PerfCase.from_dict("perf_double", dict(CASE, full_at=0.7, zero_at=0.1))
+    assert trusted.credit_of(0.4, case) == pytest.approx(0.5)
+    assert trusted.credit_of(0.05, case) == 0.0 and trusted.credit_of(2.0, case) == 1.0
+    assert trusted.spread([1.0, 1.1, 1.05]) == pytest.approx(0.1)
+
+
+def test_wire_carries_bytes_not_objects():
+    """A worker's tensors come back from raw bytes, exact torch.Tensor, and a malformed message is refused."""
+    import os
+
+    import torch
+
+    from mlsys.course import perfwire
+
+    r, w = os.pipe()
+    t = torch.arange(6, dtype=torch.float16).reshape(2, 3)
+    desc, raw = perfwire.tensor_bytes(t)
+    perfwire.send(w, {"tensors": [desc]}, [raw])
+    head, blobs = perfwire.recv(r)
+    back = perfwire.tensor_from_bytes(head["tensors"][0], blobs[0])
+    assert type(back) is torch.Tensor and back.dtype == torch.float16 and torch.equal(back, t)
+    with pytest.raises(perfwire.WireError, match="do not hold"):
+        perfwire.tensor_from_bytes({"dtype": "float32", "shape": [2, 3]}, b"\0" * 8)
+    with pytest.raises(perfwire.WireError, match="is not one of"):
+        perfwire.tensor_from_bytes({"dtype": "object", "shape": [1]}, b"\0" * 8)
+    os.write(w, (3).to_bytes(8, "big") + b"[1]")
+    with pytest.raises(perfwire.WireError, match="JSON object"):
+        perfwire.recv(r)
+    os.close(w)
+    with pytest.raises(perfwire.WireError, match="closed"):
+        perfwire.recv(r)
+    os.close(r)
+
+
+def test_preview_in_the_notebook_runs_the_same_checks(capsys):
+    """The learner's preview (fake timer, in the notebook's own process) passes an honest function and
+    refuses a cached one with the same sentence the grader would write."""
+    from pathlib import Path
+
+    spec = Path(__file__).resolve().parent / "bad_submissions" / "source" / "lab0_tiny" / "perf.toml"
+    assert float(trusted.grade_performance("lab0_tiny", "perf_speed", spec=spec, fake=True,
+                                           namespace={"double": lambda x: x + x})) == 1.0
+    cache: dict = {}
+
+    def cached(x):
+        return cache.setdefault(tuple(x.shape), x + x)
+    assert float(trusted.grade_performance("lab0_tiny", "perf_speed", spec=spec, fake=True,
+                                           namespace={"double": cached})) == 0.0
+    assert "differ from the reference" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_a_worker_that_dies_or_garbles_the_wire_earns_nothing():
+    """The learner's worker exits in the middle of a checked call, or writes garbage where the grader
+    reads its answers: the verdict process says so and gives no credit (it never trusts the wire)."""
+    v = _verdict(["import os\ndef double(x):\n    os._exit(3)\n"])
+    assert v["credit"] == 0.0 and "stopped answering" in v["reason"], v
+    v = _verdict(["import os\ndef double(x):\n    for fd in range(3, 12):\n        try:\n"
+                  "            os.write(fd, (99).to_bytes(8, 'big') + b'{' * 99)\n        except OSError:\n"
+                  "            pass\n    return x + x\n"])
+    assert v["credit"] == 0.0 and v["reason"].startswith("refused"), v

@@ -1,4 +1,4 @@
-"""Performance credit from trusted code: a fresh process that measures before it runs any answer.
+"""Performance credit decided by a process that never runs an answer cell (the verdict process).
 
 The API for lab authors
 -----------------------
@@ -30,25 +30,34 @@ and its ``perf_*`` cell becomes two lines::
 
 In the learner's notebook that call is a *preview* (same checks, in the notebook's own process; no
 GPU: it prints :data:`mlsys.course.grading.NOT_GRADED`). When the teacher grades, the cell's output
-is replaced by the verdict of :func:`main`, run by ``make grade`` in a fresh sandboxed process:
+is replaced by the verdict of :func:`main`, run by ``make grade`` in the submission's sandbox. That
+process (the *verdict process*) never executes an answer cell (``docs/GRADING_PERFORMANCE.md`` is
+the trust model):
 
-1. it imports torch, the timer (:func:`mlsys.bench.timing.time_fn`) and the check helpers, and
-   records the identity of every attribute of ``torch``, ``torch.Tensor``, ``torch.nn.functional``,
-   ``torch.cuda``, ``time``, ``builtins``, ``mlsys.bench.timing`` and ``mlsys.course.grading`` and
-   the set of kernels registered through ``torch.library``;
-2. it builds the inputs (timing inputs and fresh ones the learner's code never sees before the final
-   check) with its own random seeds, computes the references and times the baseline, all before
-   any learner code exists in the process;
-3. it runs the learner's answer cells (never the test cells);
-4. it refuses credit, with a reason, if any recorded attribute was replaced, a kernel was registered
-   with ``torch.library``, a dispatch mode is left active, the function fails its correctness check,
-   runs a forbidden aten op (recorded with a ``TorchDispatchMode`` during a checked call, with
-   ``torch.compile`` disabled so compiled torch code shows its ops), or returns wrong results on the
-   fresh inputs after timing. Only then is the share ``baseline / function`` turned into credit.
+1. it starts two workers (:mod:`mlsys.course.perfworker`): a *baseline* worker that never sees an
+   answer cell, and a *learner* worker that gets the answer cells only after the baseline has been
+   measured once, clean;
+2. each checked call gets inputs drawn from seeds the verdict process chose (new storage, new
+   values); the worker returns exact ``torch.Tensor`` results as raw bytes
+   (:mod:`mlsys.course.perfwire`), which are compared with the verdict's own reference, every call;
+3. a checked call records the aten ops and Triton launches it ran (forbidden library routines
+   refuse); on a GPU every timed round is traced and vendor-library kernels refuse
+   (:func:`kernel_refusal`); a time below the roofline floor from the lab's ``flops`` and ``bytes``
+   and the GPU's measured roofs refuses (:func:`roofline_floor`);
+4. rounds of ``repeats`` calls alternate between baseline and learner, timed by the verdict's clock
+   from the request to the worker's "done" (sent after ``torch.cuda.synchronize()`` with a
+   fingerprint of every output, checked later against its bytes); the share is the fastest baseline
+   round over the fastest learner round, less the grader's own work, and a share below full credit
+   is measured again before it stands (:func:`credit_of`).
+
+Extra perf.toml keys: ``kernels = "triton"`` (the trace must show a Triton kernel of the learner's),
+``flops`` and ``bytes`` (expressions in the argument shapes and ``itemsize``, per call, for the
+roofline floor), ``rounds`` (default 3).
 
 ``MLSYS_FAKE_TIMER=1`` (or ``fake=True``) selects a deterministic fake timer so CI exercises every
-decision on a CPU: each timed callable is called ``repeats`` times and reported as taking 1 ms, so an
-honest function earns full credit and every refusal is still tested for real.
+decision on a CPU: every round is reported as ``repeats`` x 1 ms, so an honest function earns full
+credit and every refusal (all of them but the GPU trace and the roofline floor, which have tests of
+their own) is still taken for real.
 """
 
 from __future__ import annotations
@@ -57,12 +66,13 @@ import json
 import math
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 __all__ = ["PerfCase", "answer_cells", "load_spec", "find_spec", "grade_case", "grade_performance", "run_job", "main",
-           "FORBID_MATMUL", "FORBID_MATMUL_PREFIXES", "ALLOWED_FOR_COMPUTE", "FAKE_SECONDS"]
+           "FORBID_MATMUL", "FORBID_MATMUL_PREFIXES", "ALLOWED_FOR_COMPUTE", "FAKE_SECONDS", "VENDOR_KERNEL_MARKS",
+           "forbidden_ops", "kernel_refusal", "triton_kernel_names", "roofline_floor", "credit_of", "spread"]
 
 FAKE_SECONDS = 1e-3
 """What the fake timer reports for every timed callable (seconds per call)."""
@@ -113,11 +123,16 @@ class PerfCase:
     baseline_expr: str = ""
     fresh_args: dict[str, list[int]] = field(default_factory=dict)
     kwargs: dict[str, Any] = field(default_factory=dict)
+    flops: str = ""
+    bytes: str = ""
+    kernels: str = "any"
+    rounds: int = 3
 
     @classmethod
     def from_dict(cls, grade_id: str, d: dict[str, Any]) -> PerfCase:
         known = {"function", "points", "args", "quick_args", "dtype", "reference", "baseline", "forbid", "full_at",
-                 "zero_at", "rtol", "atol", "repeats", "warmup", "baseline_expr", "fresh_args", "kwargs"}
+                 "zero_at", "rtol", "atol", "repeats", "warmup", "baseline_expr", "fresh_args", "kwargs",
+                 "flops", "bytes", "kernels", "rounds"}
         missing = {"function", "points", "args", "dtype", "reference"} - set(d)
         if missing:
             raise ValueError(f"perf spec [{grade_id}]: missing keys {sorted(missing)}")
@@ -137,6 +152,10 @@ class PerfCase:
         kw = d.get("kwargs", {})
         if not isinstance(kw, dict) or not all(isinstance(v, (bool, int, float, str)) for v in kw.values()):
             raise ValueError(f"perf spec [{grade_id}]: kwargs must be a table of plain values, e.g. {{ causal = true }}")
+        if d.get("kernels", "any") not in ("any", "triton"):
+            raise ValueError(f"perf spec [{grade_id}]: kernels must be 'any' or 'triton', got {d['kernels']!r}")
+        if int(d.get("rounds", 3)) < 1 or int(d.get("repeats", 20)) < 1:
+            raise ValueError(f"perf spec [{grade_id}]: rounds and repeats must be at least 1")
         if not grade_id.startswith("perf_"):
             raise ValueError(f"perf spec: table names are perf_* grade ids, got {grade_id!r}")
         return cls(grade_id=grade_id, function=str(d["function"]), points=float(d["points"]),
@@ -148,7 +167,8 @@ class PerfCase:
                    atol=float(d.get("atol", 1e-2)), repeats=int(d.get("repeats", 20)), warmup=int(d.get("warmup", 3)),
                    baseline_expr=str(d.get("baseline_expr", "")),
                    fresh_args={k: [int(n) for n in v] for k, v in d.get("fresh_args", d["args"]).items()},
-                   kwargs=dict(kw))
+                   kwargs=dict(kw), flops=str(d.get("flops", "")), bytes=str(d.get("bytes", "")),
+                   kernels=str(d.get("kernels", "any")), rounds=int(d.get("rounds", 3)))
 
 
 def load_spec(path: Path | str) -> dict[str, PerfCase]:
@@ -171,271 +191,518 @@ def find_spec(lab: str) -> Path | None:
 
 
 # ----------------------------------------------------------------------------------------------
-# capturing what the learner must not replace
+# the decisions (pure functions of evidence: tested on their own)
 
-_WATCHED = ("torch", "torch.Tensor", "torch._C.TensorBase", "torch.nn.functional", "torch.cuda", "torch.library",
-            "time", "builtins", "mlsys.bench.timing", "mlsys.course.grading", "mlsys.course.trusted", "triton",
-            "numpy")
+VENDOR_KERNEL_MARKS = ("cublas", "cutlass", "gemm", "gemv", "xmma", "cudnn", "flash", "fmha", "nccl", "cusparse",
+                       "sm90_", "sm80_", "sm100_", "ampere_", "hopper_", "volta_", "turing_", "magma", "mma_")
+"""Substrings (lower case) of vendor-library kernel names: cuBLAS/cuBLASLt, CUTLASS, cuDNN,
+FlashAttention, NCCL, cuSPARSELt. A kernel whose name holds one earns nothing, whoever launched it."""
+
+TRACE_SLACK_S = 50e-6
+"""Per-call time the kernel trace need not account for (launches, the wire): below it, tiny kernels
+are all overhead and the trace-time cross-check says nothing."""
+
+LIBRARY_ONLY_MARKS = ("cublas", "cutlass", "xmma", "cudnn", "nccl", "cusparse", "sm90_", "sm80_", "sm100_",
+                      "ampere_", "hopper_", "volta_", "turing_", "magma")
+"""Marks no hand-written kernel's name needs: a Triton kernel named with one is refused (it would pass
+a library kernel of that name off as the learner's). ``gemm`` or ``flash`` are fine names for your own."""
+
+ALWAYS_ALLOWED_KERNELS = ("memcpy", "memset")
+"""Trace entries that are data movement, not compute (CUPTI names them "Memcpy HtoD", "Memset")."""
 
 
-def _namespaces() -> dict[str, Any]:
-    import importlib
+def forbidden_ops(forbid: str, ops: set[str] | list[str]) -> list[str]:
+    """aten ops of ``ops`` that a case forbidding ``"matmul"`` or ``"compute"`` refuses."""
+    base = {op.split(".")[0] for op in ops}
+    if forbid == "matmul":
+        return sorted(op for op in base if op in FORBID_MATMUL or op.startswith(FORBID_MATMUL_PREFIXES))
+    return sorted(base - ALLOWED_FOR_COMPUTE)
 
-    out = {}
-    for name in _WATCHED:
-        mod, _, attr = name.rpartition(".") if name in ("torch.Tensor", "torch._C.TensorBase") else (name, "", "")
+
+def triton_kernel_names(cells: list[str]) -> set[str]:
+    """Names of the functions the answer cells decorate with ``triton.jit`` (or ``jit``, or under
+    ``triton.autotune``/``heuristics``), read from their source with ``ast``: nothing is executed."""
+    import ast
+
+    try:
+        from IPython.core.inputtransformer2 import TransformerManager
+
+        transform = TransformerManager().transform_cell
+    except Exception:
+        def transform(src: str) -> str:
+            return src
+    names: set[str] = set()
+    for src in cells:
         try:
-            obj = importlib.import_module(mod)
-            for part in attr.split(".") if attr else []:
-                obj = getattr(obj, part)
-        except Exception:
+            tree = ast.parse(transform(src))
+        except (SyntaxError, ValueError):
             continue
-        out[name] = obj
-    return out
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef):
+                for dec in node.decorator_list:
+                    text = ast.unparse(dec)
+                    if text in ("jit", "triton.jit") or text.startswith(("triton.jit(", "jit(", "triton.autotune",
+                                                                          "triton.heuristics")):
+                        names.add(node.name)
+    return names
 
 
-def _snapshot(namespaces: dict[str, Any]) -> dict[str, dict[str, int]]:
-    """Identity of every callable attribute (function, class, builtin) of the watched namespaces.
+def kernel_refusal(forbid: str, kernels: dict[str, list[float]], harness: set[str], triton_names: set[str],
+                   require_triton: bool, calls: int, measured_s: float) -> str:
+    """The GPU decision from a kernel trace of one timed round ("" when it may stand).
 
-    Data attributes are library state, not behaviour: ``torch.cuda._initialized``,
-    ``default_generators`` and ``_cached_device_count`` change as soon as CUDA starts (seen on an
-    H100, 2026-11-23: an honest submission was refused for them). Replacing a function with
-    anything, callable or not, still shows as replaced or deleted.
+    ``kernels``: {name: [count, microseconds]} of the round; ``harness``: names the trusted baseline
+    worker's empty round traced (input generation, fingerprints); ``measured_s``: the verdict's time
+    per call. Refused: a vendor-library kernel; with ``forbid="compute"`` any kernel that is not the
+    learner's Triton kernel or a copy; no kernel of the learner at all; a trace whose kernels account
+    for under a quarter of the measured time beyond :data:`TRACE_SLACK_S` (work the trace did not see).
     """
-    import types
+    import re
 
-    snap = {}
-    for name, obj in namespaces.items():
-        d = vars(obj) if not isinstance(obj, types.ModuleType) else obj.__dict__
-        snap[name] = {k: id(v) for k, v in list(d.items()) if callable(v)}
-    return snap
-
-
-def _replaced(before: dict[str, dict[str, int]], namespaces: dict[str, Any]) -> list[str]:
-    """Attributes of the watched namespaces that were reassigned or deleted (new submodules are fine)."""
-    import types
-
-    after = _snapshot(namespaces)
-    problems = []
-    for name, old in before.items():
-        new = after.get(name, {})
-        for key, ident in old.items():
-            if key not in new:
-                problems.append(f"{name}.{key} was deleted")
-            elif new[key] != ident and not key.startswith("__") and not key.startswith("_dynamo"):
-                problems.append(f"{name}.{key} was replaced")
-        obj = namespaces[name]
-        d = vars(obj) if not isinstance(obj, types.ModuleType) else obj.__dict__
-        for key in set(new) - set(old):
-            value = d.get(key)
-            if not isinstance(value, types.ModuleType) and not key.startswith("_"):
-                problems.append(f"{name}.{key} was added")
-    return problems
+    imitating = sorted(t for t in triton_names if any(m in t.lower() for m in LIBRARY_ONLY_MARKS))
+    if imitating:
+        return f"your Triton kernels are named like library kernels ({', '.join(imitating[:3])}): rename them"
+    own = {n: c for n, c in kernels.items() if n not in harness}
+    mine = {n for n in own if any(re.fullmatch(re.escape(t) + r"(_[0-9A-Za-z]+)?", n) for t in triton_names)}
+    vendor = sorted(n for n in own if n not in mine and any(m in n.lower() for m in VENDOR_KERNEL_MARKS))
+    if vendor:
+        return f"vendor library kernels ran in the timed calls: {', '.join(v[:80] for v in vendor[:3])}"
+    others = sorted(n for n in own if n not in mine and not n.lower().startswith(ALWAYS_ALLOWED_KERNELS))
+    if forbid == "compute" and others:
+        return f"kernels other than your Triton kernels ran in the timed calls: {', '.join(o[:80] for o in others[:3])}"
+    if not own or (require_triton and not mine):
+        return ("no kernel of yours ran in the timed calls (the trace holds "
+                f"{', '.join(sorted(own)[:3]) or 'nothing but the grader'})")
+    traced = sum(c[1] for c in own.values()) * 1e-6 / max(calls, 1)
+    if traced < 0.25 * (measured_s - TRACE_SLACK_S):
+        return (f"the kernel trace accounts for {traced * 1e6:.3g} us of the {measured_s * 1e6:.3g} us measured per call: "
+                "work ran that the trace did not see")
+    return ""
 
 
-def _aten_impls(torch: Any) -> set[str]:
-    """Kernels registered through torch.library for aten and c10d ops (what a learner could override)."""
-    return {k for k in getattr(torch.library, "_impls", set()) if k.startswith(("aten/", "c10d/", "_c10d"))}
+def roofline_floor(flops: float, nbytes: float, roof: Any) -> float:
+    """Seconds no call can beat: ``max(flops / peak, bytes / bandwidth)`` of a :class:`mlsys.roofline.Roof`."""
+    from mlsys.roofline import time_lower_bound
+
+    return float(time_lower_bound(flops, nbytes, roof).to("s").magnitude)
 
 
-class _Captured:
-    """What the trusted process took before any learner code ran."""
+def credit_of(share: float, case: PerfCase) -> float:
+    """Linear credit: 0 at ``zero_at``, 1 at ``full_at`` and above."""
+    return min(1.0, max(0.0, (share - case.zero_at) / (case.full_at - case.zero_at)))
 
-    def __init__(self, fake: bool) -> None:
-        import builtins
+
+def spread(times: list[float]) -> float:
+    """(max - min) / min of a list of round times: how far rounds of the same work fell apart."""
+    return (max(times) - min(times)) / min(times) if times and min(times) > 0 else 0.0
+
+
+# ----------------------------------------------------------------------------------------------
+# workers: the learner's process, and a clean one for the baseline
+
+
+class _ProcWorker:
+    """A worker process (:mod:`mlsys.course.perfworker`) spoken to through :mod:`mlsys.course.perfwire`."""
+
+    def __init__(self, role: str, fake: bool) -> None:
+        import subprocess
+
+        self.role = role
+        argv = [sys.executable, "-P", "-m", "mlsys.course.perfworker", role] + (["--fake"] if fake else [])
+        self.proc = subprocess.Popen(argv,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                     start_new_session=True)
+        self.w, self.r = self.proc.stdin.fileno(), self.proc.stdout.fileno()
+
+    def send(self, msg: dict[str, Any]) -> None:
+        from . import perfwire
+
+        perfwire.send(self.w, msg)
+
+    def recv(self, deadline: float) -> tuple[dict[str, Any], list[bytes]]:
+        from . import perfwire
+
+        return perfwire.recv(self.r, deadline)
+
+    def pause(self, stop: bool) -> None:
+        """SIGSTOP / SIGCONT the worker's whole session (its threads and children), so the learner's
+        process sleeps while the baseline is timed."""
+        import signal
+
+        try:
+            os.killpg(self.proc.pid, signal.SIGSTOP if stop else signal.SIGCONT)
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        import signal
+
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        self.proc.wait()
+
+
+class _LocalWorker:
+    """The same protocol in this process: only for the learner's preview in the notebook."""
+
+    def __init__(self, namespace: dict[str, Any], device: str) -> None:
+        self.namespace, self.device, self.pending = namespace, device, []
+
+    def send(self, msg: dict[str, Any]) -> None:
+        import torch
+
+        from . import perfwire
+        from .perfworker import _recorder, build_function, run_calls
+
+        if msg.get("op") == "arm":
+            self.pending.append(({"armed": False}, []))
+            return
+        head: dict[str, Any] = {"done": True, "fingerprints": [], "error": "", "ops": []}
+        outs: list[Any] = []
+        inputs: list[tuple] = []
+        try:
+            fn = build_function(torch, msg["fn"], self.namespace, self.device)
+            seen: set[str] = set()
+            outs, head["fingerprints"], inputs = run_calls(torch, fn, msg["shapes"], getattr(torch, msg["dtype"]),
+                                                           msg["seeds"], self.device, dict(msg.get("kwargs") or {}),
+                                                           _recorder(torch, seen) if msg.get("record_ops") else None)
+            head["ops"] = sorted(seen)
+        except Exception as exc:
+            head["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+        self.pending.append((head, []))
+        if msg.get("send_outputs") and not head["error"]:
+            pairs = [perfwire.tensor_bytes(o) for o in outs]
+            self.pending.append(({"tensors": [p[0] for p in pairs]}, [bytes(p[1]) for p in pairs]))
+        if msg.get("send_inputs") and not head["error"]:
+            pairs = [perfwire.tensor_bytes(t) for args in inputs for t in args]
+            self.pending.append(({"tensors": [p[0] for p in pairs]}, [bytes(p[1]) for p in pairs]))
+
+    def recv(self, deadline: float) -> tuple[dict[str, Any], list[bytes]]:
+        return self.pending.pop(0)
+
+    def pause(self, stop: bool) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class _Refused(Exception):
+    """A verdict of no credit, with the sentence that says why."""
+
+
+@dataclass
+class _Window:
+    seconds: float
+    fingerprints: list[float]
+    ops: list[str]
+    outputs: list[Any] | None
+    kernels: dict[str, list[float]] | None
+    trace_error: str = ""
+    inputs: list[Any] | None = None
+    harness_s: float | None = None
+
+
+class _Verdict:
+    """The verdict process's state: its own torch, device, clock and seeds; no learner code, ever."""
+
+    def __init__(self, fake: bool, deadline: float) -> None:
+        import secrets
         import time
 
         import torch
-        from torch.utils._python_dispatch import TorchDispatchMode
 
-        from mlsys.bench import timing
-
-        from . import grading
-
-        self.torch, self.fake = torch, fake
-        self.time_fn, self.perf_counter = timing.time_fn, time.perf_counter
-        self.assert_close, self.assert_finite = grading.assert_close, grading.assert_finite
-        self.GradingError = grading.GradingError
-        self.copy_ = torch.Tensor.copy_
-        self.empty_like, self.randn, self.Generator = torch.empty_like, torch.randn, torch.Generator
-        self.isinstance, self.callable = builtins.isinstance, builtins.callable
-        self.DispatchMode = TorchDispatchMode
-        self.dispatch_depth = torch._C._len_torch_dispatch_stack
+        self.torch, self.fake, self.deadline = torch, fake, deadline
+        self.clock = time.perf_counter
         self.cuda = torch.cuda.is_available() and not fake
         self.device = "cuda" if self.cuda else "cpu"
-        try:  # imported first: importing dynamo wraps a few torch functions itself
-            import torch._dynamo
-            import torch._dynamo.config as dynamo_config
+        self.trace = self.cuda  # a kernel trace of every timed round (the preview in a notebook takes none)
+        self.rand = secrets.SystemRandom()
 
-            self.dynamo_config = dynamo_config
-        except Exception:  # very old torch: nothing to disable
-            self.dynamo_config = None
-        self.namespaces = _namespaces()
-        self.snapshot = _snapshot(self.namespaces)
-        self.impls = _aten_impls(torch)
+    def seeds(self, n: int) -> list[int]:
+        """Fresh seeds from the operating system: no worker can predict the next call's values."""
+        return [self.rand.randrange(1, 2**62) for _ in range(n)]
 
-    def timer(self, fn: Any, what: str, repeats: int, warmup: int) -> float:
-        """Median seconds per call of ``fn()`` (fake: call it ``repeats`` times, report :data:`FAKE_SECONDS`)."""
-        if self.fake:
-            for _ in range(warmup + repeats):
-                fn()
-            return FAKE_SECONDS
-        return float(self.time_fn(fn, self.device, what=what, repeats=repeats, warmup=warmup).median)
+    def window(self, worker: Any, fn: dict[str, Any], case: PerfCase, shapes: list[list[int]], seeds: list[int],
+               *, record_ops: bool = False, send_outputs: bool = False, send_inputs: bool = False,
+               trace: bool = False, harness_time: bool = False) -> _Window:
+        """One round of ``len(seeds)`` calls, timed by this process's clock from the request to the
+        worker's "done" (which it sends after the device is idle and every fingerprint is taken)."""
+        armed, trace_error = False, ""
+        if trace:
+            worker.send({"op": "arm"})
+            head, _ = worker.recv(self.deadline)
+            armed, trace_error = bool(head.get("armed")), str(head.get("error", ""))
+        msg = {"op": "round", "fn": fn, "shapes": shapes, "dtype": case.dtype, "seeds": seeds,
+               "kwargs": case.kwargs if "name" in fn else {},  # the learner's function's keywords, not the baseline's
+               "record_ops": record_ops, "send_outputs": send_outputs, "send_inputs": send_inputs,
+               "harness_time": harness_time}
+        t0 = self.clock()
+        worker.send(msg)
+        head, _ = worker.recv(self.deadline)
+        t1 = self.clock()
+        if not head.get("done"):
+            raise _Refused(f"the worker answered out of turn ({str(head)[:100]})")
+        if head.get("error"):
+            raise _Refused(f"{case.function} failed in a checked call: {head['error']}")
+        outputs = None
+        if send_outputs:
+            from .perfwire import tensor_from_bytes
 
-    def tampering(self) -> list[str]:
-        problems = _replaced(self.snapshot, self.namespaces)
-        new_impls = _aten_impls(self.torch) - self.impls
-        if new_impls:
-            problems.append(f"kernels were registered with torch.library ({sorted(new_impls)[:3]})")
-        if self.dispatch_depth() != 0:
-            problems.append("a torch dispatch mode was left active")
-        if self.torch._C._is_torch_function_mode_enabled():
-            problems.append("a torch function mode was left active")
-        if sys.gettrace() is not None or sys.getprofile() is not None:
-            problems.append("a trace or profile hook was installed")
-        return problems
+            desc, blobs = worker.recv(self.deadline)
+            tensors = desc.get("tensors") or []
+            if len(tensors) != len(seeds):
+                raise _Refused(f"expected {len(seeds)} outputs from the worker, got {len(tensors)}")
+            outputs = [tensor_from_bytes(d, b) for d, b in zip(tensors, blobs, strict=True)]
+        inputs = None
+        if send_inputs:
+            from .perfwire import tensor_from_bytes
+
+            desc, blobs = worker.recv(self.deadline)
+            inputs = [tensor_from_bytes(d, b) for d, b in zip(desc.get("tensors") or [], blobs, strict=True)]
+        kernels = None
+        if armed:
+            k, _ = worker.recv(self.deadline)
+            kernels = k.get("kernels")
+            trace_error = trace_error or str(k.get("error", ""))
+        fps = head.get("fingerprints")
+        if not isinstance(fps, list) or len(fps) != len(seeds) or not all(isinstance(x, (int, float)) for x in fps):
+            raise _Refused("the worker sent no fingerprint for every call")
+        seconds = len(seeds) * FAKE_SECONDS if self.fake else t1 - t0
+        win = _Window(seconds, [float(x) for x in fps], list(head.get("ops") or []), outputs, kernels, trace_error,
+                      inputs)
+        h = head.get("harness_gpu_s")
+        win.harness_s = float(h) if isinstance(h, (int, float)) and math.isfinite(h) and h >= 0 else None
+        return win
+
+    def check_inputs(self, case: PerfCase, shapes: list[list[int]], seeds: list[int], win: _Window) -> None:
+        """The inputs as the worker held them after the calls, against the ones rebuilt from the seeds."""
+        from .perfworker import make_inputs
+
+        dtype = getattr(self.torch, case.dtype)
+        want = [t for s in seeds for t in make_inputs(self.torch, shapes, dtype, s, self.device)]
+        got = win.inputs or []
+        if len(got) != len(want) or not all(g.dtype == w.dtype and g.shape == w.shape
+                                            and bool(self.torch.equal(g.to(self.device), w)) for g, w in zip(got, want, strict=False)):
+            raise _Refused(f"{case.function} changed its input tensors")
+
+    def check_outputs(self, case: PerfCase, ref_fn: Any, shapes: list[list[int]], seeds: list[int],
+                      win: _Window, what: str) -> None:
+        """Every output against this process's own reference on inputs rebuilt from the seeds, and every
+        fingerprint against the output's bytes: a result computed after "done" does not match its
+        fingerprint, a cached, stale, copied or lower-precision one does not match its reference."""
+        from .perfworker import make_inputs
+
+        torch = self.torch
+        dtype = getattr(torch, case.dtype)
+        assert win.outputs is not None
+        for i, (seed, out, fp) in enumerate(zip(seeds, win.outputs, win.fingerprints, strict=True)):
+            ref = ref_fn(*make_inputs(torch, shapes, dtype, seed, self.device))
+            if tuple(out.shape) != tuple(ref.shape) or out.dtype != ref.dtype:
+                raise _Refused(f"{what}, call {i + 1}: expected a {str(ref.dtype)[6:]} tensor of shape "
+                               f"{tuple(ref.shape)}, got {str(out.dtype)[6:]} {tuple(out.shape)}")
+            got = out.to(self.device)
+            a, e = got.double(), ref.double()
+            ok = torch.isfinite(a) & ((a - e).abs() <= case.atol + case.rtol * e.abs())
+            if not bool(ok.all()):
+                bad = int((~ok).sum())
+                idx = int((~ok).flatten().nonzero()[0])
+                raise _Refused(f"{what}, call {i + 1}: {bad} of {ok.numel()} elements differ from the reference "
+                               f"(first at flat index {idx}: {float(a.flatten()[idx])!r} vs "
+                               f"{float(e.flatten()[idx])!r}, rtol={case.rtol:g}, atol={case.atol:g})")
+            total = float(torch.sum(got, dtype=torch.float64))
+            scale = float(torch.sum(got.abs(), dtype=torch.float64)) if got.is_floating_point() else abs(total)
+            if not (math.isfinite(fp) and abs(fp - total) <= 1e-6 * scale + 1e-6):
+                raise _Refused(f"{what}, call {i + 1}: the output sent differs from the one the worker "
+                               f"fingerprinted when it said the call was done ({fp!r} vs {total!r})")
 
 
-def _ops_of(cap: _Captured, fn: Any, args: tuple) -> tuple[Any, set[str]]:
-    """Call ``fn(*args)`` once while recording every aten op it dispatches (torch.compile disabled)."""
-    seen: set[str] = set()
+def _shapes(case: PerfCase, small: bool) -> tuple[list[list[int]], list[list[int]]]:
+    timing = case.quick_args if small else case.args
+    fresh = case.quick_args if small else case.fresh_args
+    return [list(s) for s in timing.values()], [list(s) for s in fresh.values()]
 
-    class Recorder(cap.DispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
-            seen.add(func._schema.name.split("::")[-1])
-            return func(*args, **(kwargs or {}))
 
-    old = cap.dynamo_config.disable if cap.dynamo_config is not None else None
-    if cap.dynamo_config is not None:
-        cap.dynamo_config.disable = True
+def _work(case: PerfCase, shapes: list[list[int]], itemsize: int) -> tuple[float, float] | None:
+    """(FLOPs, compulsory bytes) of one call from the spec's ``flops`` and ``bytes`` expressions."""
+    if not case.flops and not case.bytes:
+        return None
+    env = {n: s for n, s in zip(case.args, shapes, strict=True)} | {"itemsize": itemsize, "math": math}
+    return (float(eval(case.flops or "0", {"__builtins__": {}}, env)),  # the teacher's spec
+            float(eval(case.bytes or "0", {"__builtins__": {}}, env)))
+
+
+def _measured_roof(torch: Any, dtype: str) -> Any:
+    """The grading GPU's measured roof for ``dtype`` (mlsys.bench records), or None when none is recorded."""
     try:
-        with Recorder():
-            out = fn(*args)
-    finally:
-        if cap.dynamo_config is not None:
-            cap.dynamo_config.disable = old
-    return out, seen
+        from mlsys.bench import records
 
-
-def _forbidden(case: PerfCase, ops: set[str]) -> list[str]:
-    base = {op.split(".")[0] for op in ops}
-    if case.forbid == "matmul":
-        return sorted(op for op in base if op in FORBID_MATMUL or op.startswith(FORBID_MATMUL_PREFIXES))
-    return sorted(base - ALLOWED_FOR_COMPUTE)
+        short = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "float64": "fp64"}.get(dtype, dtype)
+        slug = records.find(records.device_slug(torch.cuda.get_device_name()))
+        if slug is None:
+            return None
+        rec = records.load(slug)
+        use = short if rec.has(f"matmul_{short}") else (rec.matmul_dtypes() or [None])[0]
+        return rec.roof(use) if use else None
+    except Exception:
+        return None
 
 
 @dataclass
 class _Prepared:
     case: PerfCase
-    timing_args: tuple
-    timing_ref: Any
-    fresh: list[tuple[tuple, Any]]
-    baseline_s: float
+    shapes: list[list[int]]
+    fresh_shapes: list[list[int]]
+    ref_fn: Any
+    base_fn: dict[str, Any]
+    empty_fn: dict[str, Any]
+    base: list[float] = field(default_factory=list)
+    over: list[float] = field(default_factory=list)
+    harness: set[str] = field(default_factory=set)
+    itemsize: int = 4
+    trace_ok: bool = False
 
 
-def _prepare(cap: _Captured, case: PerfCase, seed: int) -> _Prepared:
-    """Inputs, references and the baseline time: all before any learner code runs."""
-    torch = cap.torch
+def _prepare(v: _Verdict, base_worker: Any, case: PerfCase) -> _Prepared:
+    """The reference, and the baseline measured in a worker that never saw an answer cell, before
+    the learner's worker exists: no learner code can slow these rounds down, and the baseline used
+    is the fastest of them all (a slower one measured later, under interference, cannot raise it)."""
+    from .perfworker import make_inputs
+
+    torch = v.torch
     dtype = getattr(torch, case.dtype, None)
     if not isinstance(dtype, torch.dtype):
         raise ValueError(f"perf spec [{case.grade_id}]: unknown dtype {case.dtype!r}")
-    small = cap.fake or not cap.cuda
-    shapes = case.quick_args if small else case.args
-    fresh_shapes = case.quick_args if small else case.fresh_args
-    gen = torch.Generator(device=cap.device).manual_seed(seed)
-
-    def make(which: dict[str, list[int]] = shapes) -> tuple:
-        return tuple(cap.randn(*shape, generator=gen, device=cap.device, dtype=torch.float32).to(dtype)
-                     for shape in which.values())
-
-    ref_fn = eval(f"lambda {', '.join(shapes)}: {case.reference}", {"torch": torch})  # the teacher's spec
-    timed_ref = eval(f"lambda {', '.join(shapes)}: {case.baseline_expr}", {"torch": torch}) if case.baseline_expr else ref_fn
-    timing_args = make()
-    timing_ref = ref_fn(*timing_args)
-    fresh = []
-    for _ in range(2):
-        args = make(fresh_shapes)
-        fresh.append((args, ref_fn(*args)))
-    if case.baseline == "copy":
-        dst = [cap.empty_like(a) for a in timing_args]
-        copy_ = cap.copy_
-
-        def base() -> None:
-            for d, a in zip(dst, timing_args, strict=True):
-                copy_(d, a)
-    else:
-        def base() -> Any:
-            return timed_ref(*timing_args)
-    baseline_s = cap.timer(base, "baseline", case.repeats, case.warmup)
-    return _Prepared(case, timing_args, timing_ref, fresh, baseline_s)
+    shapes, fresh_shapes = _shapes(case, small=not v.cuda)
+    names = list(case.args)
+    ref_fn = eval(f"lambda {', '.join(names)}: {case.reference}", {"torch": torch})  # the teacher's spec
+    ref = ref_fn(*make_inputs(torch, shapes, dtype, 1, v.device))
+    base_fn = {"copy": True} if case.baseline == "copy" else {"expr": case.baseline_expr or case.reference, "args": names}
+    empty_fn = {"empty": list(ref.shape), "dtype": str(ref.dtype).removeprefix("torch.")}
+    prep = _Prepared(case, shapes, fresh_shapes, ref_fn, base_fn, empty_fn,
+                     itemsize=torch.empty(0, dtype=dtype).element_size())
+    for fn in (base_fn, empty_fn):  # warm-up: first calls pay for compilation and allocation
+        v.window(base_worker, fn, case, shapes, v.seeds(2))
+    _baseline_round(v, base_worker, prep, trace=v.trace)  # traced once: the grader's own kernels, by name
+    return prep
 
 
-def _verdict(case: PerfCase, credit: float | None, reason: str, lines: list[str]) -> dict[str, Any]:
+def _baseline_round(v: _Verdict, base_worker: Any, prep: _Prepared, trace: bool = False) -> None:
+    """An overhead round and a baseline round in the clean worker. The overhead is the GPU time of the
+    grader's own work in a round (input generation, fingerprints), timed with CUDA events by the
+    clean worker: it is what that work adds to a round whose GPU is busy, so it is subtracted from the
+    learner's rounds and the baseline's alike (the wall time of an empty round would be launch-bound
+    and subtract too much). On a CPU it is the round's wall time."""
+    case, k = prep.case, prep.case.repeats
+    over = v.window(base_worker, prep.empty_fn, case, prep.shapes, v.seeds(k), trace=trace, harness_time=v.cuda)
+    prep.over.append(over.harness_s if v.cuda and over.harness_s is not None else over.seconds)
+    if over.kernels is not None:
+        prep.harness |= set(over.kernels)
+        prep.trace_ok = True  # the clean worker can trace here: a learner's worker that cannot is refused
+    prep.base.append(v.window(base_worker, prep.base_fn, case, prep.shapes, v.seeds(k)).seconds)
+
+
+def _verdict(case: PerfCase, credit: float | None, reason: str, lines: list[str],
+             evidence: dict[str, Any] | None = None) -> dict[str, Any]:
     return {"grade_id": case.grade_id, "points": case.points, "credit": credit, "reason": reason, "lines": lines,
-            "score": None if credit is None else round(case.points * credit, 4)}
+            "score": None if credit is None else round(case.points * credit, 4), "evidence": evidence or {}}
 
 
-def grade_case(cap: _Captured, prep: _Prepared, namespace: dict[str, Any]) -> dict[str, Any]:
-    """Judge one case after the answer cells ran in ``namespace``; returns a verdict dict."""
+def grade_case(v: _Verdict, base_worker: Any, learner: Any, prep: _Prepared, triton_names: set[str],
+               remeasure: bool = True) -> dict[str, Any]:
+    """Judge one case: checked calls, interleaved timed rounds, the decisions; returns a verdict dict."""
     case = prep.case
-    tol = {"rtol": case.rtol, "atol": case.atol}
-    tampered = cap.tampering()
-    if tampered:
-        return _verdict(case, 0.0, "refused: the answer cells replaced what the grader relies on: "
-                        + "; ".join(tampered[:5]), [])
-    learner = namespace.get(case.function)
-    if learner is None or not cap.callable(learner):
-        return _verdict(case, 0.0, f"refused: no function {case.function}() is defined by the answer cells", [])
-    kwargs = dict(case.kwargs)
-
-    def fn(*args: Any) -> Any:
-        return learner(*args, **kwargs)
-    clones = [a.clone() for a in prep.timing_args]
+    k = case.repeats
+    fn = {"name": case.function}
+    ev: dict[str, Any] = {"device": v.device, "calls_per_round": k}
     try:
-        out, ops = _ops_of(cap, fn, prep.timing_args)
-        cap.assert_close(out, prep.timing_ref, name=f"{case.function} before timing", **tol)
-    except Exception as exc:
-        return _verdict(case, 0.0, f"refused: {case.function} fails its correctness check, so it earns no "
-                        f"performance credit: {type(exc).__name__}: {str(exc)[:300]}", [])
-    for a, c in zip(prep.timing_args, clones, strict=True):
-        if not cap.torch.equal(a, c):
-            return _verdict(case, 0.0, f"refused: {case.function} changed its input tensors", [])
-    bad = _forbidden(case, ops)
-    if bad:
-        return _verdict(case, 0.0, f"refused: {case.function} runs library routines this exercise asks you to "
-                        f"write yourself (aten::{', aten::'.join(bad)})", [])
-    if cap.tampering():
-        return _verdict(case, 0.0, "refused: calling the function replaced what the grader relies on: "
-                        + "; ".join(cap.tampering()[:5]), [])
-    try:
-        mine_s = cap.timer(lambda: fn(*prep.timing_args), case.function, case.repeats, case.warmup)
-    except Exception as exc:
-        return _verdict(case, 0.0, f"refused: {case.function} raised while being timed: {type(exc).__name__}: {exc}", [])
-    tampered = cap.tampering()
-    if tampered:
-        return _verdict(case, 0.0, "refused: timing the function replaced what the grader relies on: "
-                        + "; ".join(tampered[:5]), [])
-    try:
-        for i, (args, ref) in enumerate(prep.fresh):
-            cap.assert_close(fn(*args), ref, name=f"{case.function} on fresh input {i + 1} after timing", **tol)
-    except Exception as exc:
-        return _verdict(case, 0.0, f"refused: results after timing differ from fresh-input references: "
-                        f"{type(exc).__name__}: {str(exc)[:300]}", [])
-    if not (mine_s > 0 and math.isfinite(mine_s)):
-        return _verdict(case, 0.0, f"refused: the timer returned {mine_s!r} s", [])
-    share = prep.baseline_s / mine_s
-    credit = min(1.0, max(0.0, (share - case.zero_at) / (case.full_at - case.zero_at)))
+        seeds = v.seeds(2)
+        w = v.window(learner, fn, case, prep.shapes, seeds, record_ops=True, send_outputs=True, send_inputs=True)
+        v.check_outputs(case, prep.ref_fn, prep.shapes, seeds, w, f"{case.function} (checked call)")
+        v.check_inputs(case, prep.shapes, seeds, w)
+        aten = {op for op in w.ops if not op.startswith("triton:")}
+        launched = {op for op in w.ops if op.startswith("triton:")}
+        if not v.cuda and not launched and not forbidden_ops("compute", aten):
+            raise _Refused(f"neither an aten computation nor a Triton kernel ran in the checked call of {case.function} "
+                           f"(aten: {', '.join(sorted(aten)) or 'nothing'}): the work was done outside torch and Triton "
+                           "(a library reached without aten, such as NumPy or CuPy), or the recording was switched off")
+        ev["ops"] = w.ops
+        bad = forbidden_ops(case.forbid, aten)
+        if bad:
+            raise _Refused(f"{case.function} runs library routines this exercise asks you to write yourself "
+                           f"(aten::{', aten::'.join(bad)})")
+        seeds = v.seeds(2)
+        w = v.window(learner, fn, case, prep.fresh_shapes, seeds, send_outputs=True)
+        v.check_outputs(case, prep.ref_fn, prep.fresh_shapes, seeds, w, f"{case.function} on fresh shapes")
+        mine: list[float] = []
+        kernels_seen: dict[str, list[float]] = {}
+        rounds = case.rounds
+        r = 0
+        while r < rounds:
+            learner.pause(True)
+            try:
+                _baseline_round(v, base_worker, prep)
+            finally:
+                learner.pause(False)
+            seeds = v.seeds(k)
+            w = v.window(learner, fn, case, prep.shapes, seeds, send_outputs=True, trace=v.trace)
+            v.check_outputs(case, prep.ref_fn, prep.shapes, seeds, w, f"{case.function} (timed round {r + 1})")
+            mine.append(w.seconds)
+            over = 0.0 if v.fake else min(prep.over)
+            per_call = (w.seconds - over) / k
+            ev["trace"] = "taken" if v.trace and prep.trace_ok else "unavailable on this machine"
+            if v.trace and prep.trace_ok:
+                if w.kernels is None:
+                    raise _Refused(f"no kernel trace of the timed calls ({w.trace_error or 'the worker sent none'})")
+                for name, (n, us) in w.kernels.items():
+                    c = kernels_seen.setdefault(name, [0, 0.0])
+                    c[0] += n
+                    c[1] += us
+                why = kernel_refusal(case.forbid, w.kernels, prep.harness, triton_names, case.kernels == "triton",
+                                     k, per_call)
+                if why:
+                    raise _Refused(why)
+            r += 1
+            if r == rounds and remeasure and rounds == case.rounds:
+                b_s = (min(prep.base) - over) / k
+                m_s = (min(mine) - over) / k
+                if m_s > 0 and credit_of(b_s / m_s, case) < 1.0:
+                    rounds += case.rounds  # a verdict below full credit is measured again before it stands
+        over = 0.0 if v.fake else min(prep.over)
+        base_s = (min(prep.base) - over) / k
+        mine_s = (min(mine) - over) / k
+        ev.update(learner_rounds_s=mine, baseline_rounds_s=prep.base, overhead_rounds_s=prep.over,
+                  learner_spread=spread(mine), baseline_spread=spread(prep.base), remeasured=rounds > case.rounds,
+                  kernels={n[:200]: c for n, c in sorted(kernels_seen.items(), key=lambda x: -x[1][1])[:8]})
+        if not (mine_s > 0 and math.isfinite(mine_s)):
+            raise _Refused(f"the measured time per call ({mine_s!r} s after the grader's own overhead) is not positive")
+        floor_line = ""
+        work = _work(case, prep.shapes, prep.itemsize)
+        if v.cuda and work is not None:
+            roof = _measured_roof(v.torch, case.dtype)
+            if roof is not None:
+                floor = roofline_floor(work[0], work[1], roof)
+                ev["roofline_floor_s"] = floor
+                floor_line = f"; roofline floor {floor * 1e3:.4g} ms ({roof.label})"
+                if mine_s < 0.9 * floor:
+                    raise _Refused(f"{case.function} took {mine_s * 1e3:.4g} ms per call, below the roofline bound "
+                                   f"of {floor * 1e3:.4g} ms ({work[0]:.3g} FLOP, {work[1]:.3g} byte against "
+                                   f"{roof.label}): no real work runs that fast")
+            else:
+                floor_line = "; no measured roofs for this GPU (no roofline floor)"
+    except _Refused as exc:
+        return _verdict(case, 0.0, f"refused: {exc}", [], ev)
+    share = base_s / mine_s
+    credit = credit_of(share, case)
     what = "a copy of its inputs" if case.baseline == "copy" else (case.baseline_expr or case.reference)
-    timer = "fake timer (CI)" if cap.fake else f"time_fn on {cap.device}"
-    lines = [f"{case.function}: {mine_s * 1e3:.4g} ms, baseline ({what}): {prep.baseline_s * 1e3:.4g} ms, "
-             f"share {share:.3g} (full credit at {case.full_at:g}, none at {case.zero_at:g}) -> credit "
-             f"{credit:.2f} [{timer}]"]
-    return _verdict(case, credit, "", lines)
-
-
-# ----------------------------------------------------------------------------------------------
-# the fresh process
-
+    timer = "fake timer (CI)" if v.fake else f"verdict clock on {v.device}"
+    lines = [f"{case.function}: {mine_s * 1e3:.4g} ms, baseline ({what}): {base_s * 1e3:.4g} ms, share {share:.3g} "
+             f"(full credit at {case.full_at:g}, none at {case.zero_at:g}) -> credit {credit:.2f} [{timer}; "
+             f"{len(mine)} rounds of {k} checked calls, spread {spread(mine):.1%} / baseline {spread(prep.base):.1%}"
+             f"{', re-measured' if ev.get('remeasured') else ''}{floor_line}]"]
+    return _verdict(case, credit, "", lines, ev)
 
 def answer_cells(nb: dict[str, Any]) -> list[str]:
     """Sources of every code cell of ``nb`` that is not an autograded test cell (what the learner controls)."""
@@ -445,76 +712,56 @@ def answer_cells(nb: dict[str, Any]) -> list[str]:
             if cell.get("cell_type") == "code" and not is_autograded(cell.get("metadata", {}).get("nbgrader"))]
 
 
-class _CellTimeout(BaseException):
-    """An answer cell ran past its time limit in the trusted process."""
-
-
-def _exec_cells(cells: list[str], namespace: dict[str, Any], cell_timeout: float = 600.0) -> list[str]:
-    """Run answer-cell sources in ``namespace`` (IPython syntax translated); errors are noted, not fatal.
-
-    Each cell gets ``cell_timeout`` seconds (SIGALRM; a cell that blocks the signal is stopped by the
-    caller's wall-clock limit, which costs the performance points only).
-    """
-    import linecache
-    import signal
-
-    def alarm(signum: int, frame: Any) -> None:
-        raise _CellTimeout()
-
-    try:
-        from IPython.core.inputtransformer2 import TransformerManager
-
-        transform = TransformerManager().transform_cell
-    except Exception:  # IPython missing: plain Python only
-        def transform(src: str) -> str:
-            return src
-    notes = []
-    for i, src in enumerate(cells):
-        name = f"<answer-cell-{i}>"
-        use_alarm = hasattr(signal, "setitimer")
-        try:
-            code = transform(src)
-            linecache.cache[name] = (len(code), None, code.splitlines(True), name)
-            if use_alarm:
-                signal.signal(signal.SIGALRM, alarm)
-                signal.setitimer(signal.ITIMER_REAL, cell_timeout)
-            exec(compile(code, name, "exec"), namespace)
-        except _CellTimeout:
-            notes.append(f"answer cell {i} ran past {cell_timeout:g} s and was stopped")
-        except BaseException as exc:  # a failing cell costs what depends on it, like in the notebook
-            notes.append(f"answer cell {i} raised {type(exc).__name__}: {str(exc)[:200]}")
-        finally:
-            if use_alarm:
-                signal.setitimer(signal.ITIMER_REAL, 0)
-    return notes
-
-
 def run_job(job: dict[str, Any]) -> dict[str, Any]:
-    """``{"cases": {gid: spec-dict}, "cells": [sources], "fake": bool, "seed": int}`` -> verdicts by grade id."""
-    import random
+    """``{"cases": {gid: spec-dict}, "cells": [sources], "fake": bool}`` -> verdicts by grade id.
+
+    This process never executes an answer cell: the cells go to a learner worker, the baseline to a
+    worker that never sees them, and every decision is taken here from what comes back.
+    """
+    import time
 
     from ..runtime.device import fake_timer
 
     fake = bool(job.get("fake")) or fake_timer()
     cases = [PerfCase.from_dict(gid, d) for gid, d in job["cases"].items()]
-    from ..runtime.device import setup
-
-    # CPU tensors (no GPU, or the fake timer): Triton kernels and their @triton.jit helpers need the
-    # interpreter, which triton picks when it is first imported (by the capture below)
-    if fake:
-        os.environ["TRITON_INTERPRET"] = "1"
-    setup()
-    cap = _Captured(fake)
-    seed = int(job.get("seed", random.SystemRandom().randrange(2**31)))
-    prepared = {c.grade_id: _prepare(cap, c, seed + i) for i, c in enumerate(cases)}
-    namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": __builtins__}
-    notes = _exec_cells(list(job.get("cells", [])), namespace, float(job.get("cell_timeout") or 600))
-    verdicts = {}
-    for gid, prep in prepared.items():
-        try:
-            verdicts[gid] = grade_case(cap, prep, namespace)
-        except BaseException as exc:  # the grader's own failure: no credit, say why
-            verdicts[gid] = _verdict(prep.case, 0.0, f"refused: grading failed: {type(exc).__name__}: {exc}", [])
+    cells = list(job.get("cells", []))
+    deadline = time.monotonic() + float(job.get("deadline_s") or 1800)
+    v = _Verdict(fake, deadline)
+    workers: list[Any] = []
+    verdicts: dict[str, Any] = {}
+    notes: list[str] = []
+    try:
+        base = _ProcWorker("baseline", fake)
+        workers.append(base)
+        learner = _ProcWorker("learner", fake)  # starts torch meanwhile; it gets the answer cells after the baseline
+        workers.append(learner)
+        base.send({"op": "setup", "cells": [], "fake": fake})
+        base.recv(deadline)
+        prepared = {}
+        for c in cases:
+            try:
+                prepared[c.grade_id] = _prepare(v, base, c)
+            except Exception as exc:  # the grader's own failure: no credit, say why
+                verdicts[c.grade_id] = _verdict(c, 0.0, f"refused: grading failed: {type(exc).__name__}: {exc}", [])
+        learner.send({"op": "setup", "cells": cells, "fake": fake, "cell_timeout": float(job.get("cell_timeout") or 600)})
+        head, _ = learner.recv(deadline)
+        notes = [str(n) for n in head.get("notes", [])][:50]
+        names = triton_kernel_names(cells)
+        for gid, prep in prepared.items():
+            try:
+                verdicts[gid] = grade_case(v, base, learner, prep, names)
+            except Exception as exc:  # a dead or garbled worker: no credit, say why
+                verdicts[gid] = _verdict(prep.case, 0.0, f"refused: the worker stopped answering "
+                                         f"({type(exc).__name__}: {str(exc)[:200]})", [])
+                learner.close()
+                learner = _ProcWorker("learner", fake)
+                workers.append(learner)
+                learner.send({"op": "setup", "cells": cells, "fake": fake,
+                              "cell_timeout": float(job.get("cell_timeout") or 600)})
+                learner.recv(deadline)
+    finally:
+        for w in workers:
+            w.close()
     return {"verdicts": verdicts, "notes": notes, "fake": fake}
 
 
@@ -523,14 +770,15 @@ def main() -> int:
     from .cellrunner import _private_stdout
 
     job = json.loads(sys.stdin.read())
-    out = _private_stdout()
+    out = _private_stdout()  # also makes this process non-dumpable: its workers cannot reach into it
     try:
         result = run_job(job)
     except BaseException as exc:  # reported, never raised into the grader
         result = {"fatal": f"{type(exc).__name__}: {exc}"}
     out.write(f"{job['nonce']} {json.dumps(result)}\n")
     out.flush()
-    os._exit(0)  # learner threads or atexit hooks get no say after the verdict
+    os._exit(0)
+
 
 
 # ----------------------------------------------------------------------------------------------
@@ -563,9 +811,19 @@ def grade_performance(lab: str, grade_id: str, *, spec: Path | str | None = None
         import __main__
 
         namespace = vars(__main__)
-    cap = _Captured(fake)
-    prep = _prepare(cap, case, 12345)
-    verdict = grade_case(cap, prep, namespace)
+    import time
+
+    if fake:
+        os.environ["TRITON_INTERPRET"] = "1"
+    v = _Verdict(fake, time.monotonic() + 3600)
+    v.trace = False  # the preview's numbers are the notebook's own
+    worker = _LocalWorker(namespace, v.device)
+    case = replace(case, rounds=1)
+    try:
+        prep = _prepare(v, worker, case)
+        verdict = grade_case(v, worker, worker, prep, set(), remeasure=False)
+    except _Refused as exc:
+        verdict = _verdict(case, 0.0, f"refused: {exc}", [])
     for line in verdict["lines"]:
         print(line)
     if verdict["reason"]:

@@ -26,7 +26,10 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 PERF_CASES = ("good", "untouched", "patch_timer", "patch_reference", "library_override", "hidden_library_call",
-              "differs_after_timing", "calls_library", "nans")
+              "differs_after_timing", "calls_library", "nans", "perf_cache_by_address", "perf_cache_by_shape",
+              "perf_stale_buffer", "perf_work_after_return", "perf_library_outside_aten", "perf_lazy_result",
+              "perf_claims_torch_module", "perf_patch_trusted", "perf_patch_harness", "perf_input_to_output",
+              "perf_lower_precision", "perf_patch_clocks")
 REPO = HERE.parent.parent
 
 

@@ -118,7 +118,8 @@ torch.matmul = lambda a, b: _matmul(_matmul(a, b), torch.eye(b.shape[-1], dtype=
 HIDDEN_LIBRARY = r'''def double(x):
     if type(x).__module__.startswith("torch"):  # the timed path (tensors) hides a library matmul
         import torch
-        return torch.matmul(torch.eye(x.shape[0], dtype=x.dtype, device=x.device) * 2, x)
+        # block-diagonal: 64-wide rows times 2 I(64), so it scales to the 64 MiB vector timed on a GPU
+        return torch.matmul(x.view(-1, 64), torch.eye(64, dtype=x.dtype, device=x.device) * 2).view(-1)
     return 2 * x
 '''
 
@@ -135,6 +136,143 @@ LIBRARY_OVERRIDE = r'''import torch
 lib = torch.library.Library("aten", "IMPL")
 lib.impl("mul.Tensor", lambda a, b: a, "CPU")
 ''' + DOUBLE
+
+
+# ---- performance attacks (issue 25): each double() is right on numbers and arrays (the test cells), and
+# cheats only on torch tensors, the performance path. Expected rows: full correctness, no performance credit.
+_T = 'type(x).__module__.startswith("torch")'
+
+PERF_CACHE_BY_ADDRESS = f"""_cache = {{}}
+def double(x):
+    if {_T}:  # the timer calls again on the same storage: answer from the cache
+        key = (x.data_ptr(), tuple(x.shape))
+        if key not in _cache:
+            _cache[key] = 2 * x
+        return _cache[key]
+    return 2 * x
+"""
+
+PERF_CACHE_BY_SHAPE = f"""_cache = {{}}
+def double(x):
+    if {_T}:  # one result per shape, computed once
+        if tuple(x.shape) not in _cache:
+            _cache[tuple(x.shape)] = 2 * x
+        return _cache[tuple(x.shape)]
+    return 2 * x
+"""
+
+PERF_STALE_BUFFER = f"""_out = [None]
+def double(x):
+    if {_T}:  # write into one buffer once, hand the same buffer back every call
+        if _out[0] is None or _out[0].shape != x.shape:
+            _out[0] = 2 * x
+        return _out[0]
+    return 2 * x
+"""
+
+PERF_WORK_AFTER_RETURN = f"""import threading, time
+def double(x):
+    if {_T}:  # return at once; the result is written later (a side stream on a GPU, a thread on a CPU)
+        import torch
+        out = torch.zeros_like(x)
+        if x.is_cuda:
+            s = torch.cuda.Stream()
+            with torch.cuda.stream(s):
+                torch.cuda._sleep(10_000_000)
+                out.copy_(x * 2)
+        else:
+            threading.Thread(target=lambda: (time.sleep(0.05), out.copy_(x * 2))).start()
+        return out
+    return 2 * x
+"""
+
+PERF_LIBRARY_OUTSIDE_ATEN = f"""import numpy as np
+def double(x):
+    if {_T}:  # the work by a library torch never sees: CuPy (through DLPack) on a GPU, NumPy on a CPU
+        import torch
+        if x.is_cuda:
+            import cupy
+            a = cupy.from_dlpack(x).reshape(-1, 64)
+            return torch.from_dlpack((a @ (cupy.eye(64, dtype=a.dtype) * 2)).reshape(-1))
+        return torch.from_numpy((x.numpy().reshape(-1, 64) @ (np.eye(64, dtype=np.float32) * 2)).reshape(-1))
+    return 2 * x
+"""
+
+PERF_LAZY_RESULT = f"""import torch
+class LazyTensor(torch.Tensor):  # a tensor subclass: looks like a tensor, is not exactly one
+    pass
+def double(x):
+    if {_T}:
+        return (2 * x).as_subclass(LazyTensor)
+    return 2 * x
+"""
+
+PERF_CLAIMS_TORCH = f"""class Lazy:
+    __module__ = "torch.lazy"  # claims to come from torch; computes only when read
+    def __init__(self, x):
+        self._x = x
+    def __getattr__(self, name):
+        return getattr(2 * self._x, name)
+def double(x):
+    if {_T}:
+        return Lazy(x)
+    return 2 * x
+"""
+
+PERF_PATCH_TRUSTED = f"""import sys
+import mlsys.course.trusted as t
+# rewrite the grader in every copy this process can reach: no library op is forbidden, every share is full
+for mod in (t, sys.modules.get("__main__")):
+    for name in ("forbidden_ops", "kernel_refusal"):
+        if hasattr(mod, name):
+            setattr(mod, name, lambda *a, **k: [] if name == "forbidden_ops" else "")
+    if hasattr(mod, "credit_of"):
+        mod.credit_of = lambda *a, **k: 1.0
+def double(x):
+    if {_T}:
+        import torch
+        # block-diagonal: 64-wide rows times 2 I(64), so it scales to the 64 MiB vector timed on a GPU
+        return torch.matmul(x.view(-1, 64), torch.eye(64, dtype=x.dtype, device=x.device) * 2).view(-1)
+    return 2 * x
+"""
+
+PERF_PATCH_HARNESS = f"""import sys
+# the process running this cell is the worker: make its inputs all zeros, so zeros are always the answer
+h = sys.modules["__main__"]
+if hasattr(h, "make_inputs"):
+    import torch
+    h.make_inputs = lambda torch_, shapes, dtype, seed, device: tuple(
+        torch.zeros(*s, dtype=dtype, device=device) for s in shapes)
+def double(x):
+    if {_T}:
+        return x.new_zeros(x.shape)
+    return 2 * x
+"""
+
+PERF_INPUT_TO_OUTPUT = f"""def double(x):
+    if {_T}:  # the output is the input, doubled in place: no allocation, no new storage
+        return x.mul_(2)
+    return 2 * x
+"""
+
+PERF_LOWER_PRECISION = f"""def double(x):
+    if {_T}:  # half the bytes: compute in float16
+        return (x.half() * 2).to(x.dtype)
+    return 2 * x
+"""
+
+PERF_PATCH_CLOCKS = f"""import time
+import torch
+# every clock this process has says no time passed
+time.perf_counter = lambda: 0.0
+time.monotonic = lambda: 0.0
+if torch.cuda.is_available():
+    torch.cuda.Event.elapsed_time = lambda self, other: 1e-6
+def double(x):
+    if {_T}:
+        return 2 * x
+    return 2 * x
+"""
 
 
 def make(name, double_src, total_src=TOTAL, extra=None):
@@ -229,3 +367,18 @@ _nb = json.loads((C / "markup_and_leak.nb.json").read_text())
 _nb["cells"].insert(1, {"cell_type": "markdown", "id": "markup-md", "metadata": {},
                         "source": "My notes <img src=x onerror=\"document.title='pwned-md'\"> [link](javascript:alert(1))"})
 (C / "markup_and_leak.nb.json").write_text(json.dumps(_nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
+
+# ---- issue 25: attacks on the performance verdict
+
+make("perf_cache_by_address", PERF_CACHE_BY_ADDRESS)
+make("perf_cache_by_shape", PERF_CACHE_BY_SHAPE)
+make("perf_stale_buffer", PERF_STALE_BUFFER)
+make("perf_work_after_return", PERF_WORK_AFTER_RETURN)
+make("perf_library_outside_aten", PERF_LIBRARY_OUTSIDE_ATEN)
+make("perf_lazy_result", PERF_LAZY_RESULT)
+make("perf_claims_torch_module", PERF_CLAIMS_TORCH)
+make("perf_patch_trusted", PERF_PATCH_TRUSTED)
+make("perf_patch_harness", PERF_PATCH_HARNESS)
+make("perf_input_to_output", PERF_INPUT_TO_OUTPUT)
+make("perf_lower_precision", PERF_LOWER_PRECISION)
+make("perf_patch_clocks", PERF_PATCH_CLOCKS)

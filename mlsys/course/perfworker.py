@@ -1,0 +1,294 @@
+"""A performance worker: the process that runs the calls the verdict process asks for.
+
+``python -P -m mlsys.course.perfworker learner|baseline [--fake]`` is started by :mod:`mlsys.course.trusted`
+(the verdict process) and speaks :mod:`mlsys.course.perfwire` on its standard input and output.
+A *learner* worker executes the submission's answer cells and then runs the learner's function; a
+*baseline* worker never sees an answer cell and runs the teacher's baseline expression. Both run the
+same round loop (:func:`run_calls`), so the two are timed the same way, through the same wire.
+
+Nothing a worker says is taken on trust: the verdict process times every round with its own clock,
+regenerates every input from the seeds it chose, checks every output from its raw bytes and every
+fingerprint against those bytes. In a learner worker all of this module is in the learner's reach;
+what it reports (ops dispatched, kernels traced) is evidence to cross-check, not proof.
+
+Messages (headers; see the verdict process for what it does with the answers):
+
+- ``{"op": "setup", "cells": [...], "cell_timeout": s, "fake": bool}`` -> ``{"device", "notes"}``
+- ``{"op": "arm"}`` -> ``{"armed": bool}`` (starts a kernel trace on a GPU, outside the timed window)
+- ``{"op": "round", "fn": {...}, "shapes": [[...]], "dtype": "float16", "seeds": [...], "kwargs": {},
+  "record_ops": bool, "send_outputs": bool, "send_inputs": bool}`` -> ``{"done": true, "fingerprints": [...],
+  "error": str, "ops": [...]}``, then (if asked) one message with every output's bytes, one with every
+  input's bytes after the calls, then (if armed) one with
+  the kernel trace ``{"kernels": {name: [count, microseconds]}}``
+- ``{"op": "exit"}``
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+from . import perfwire
+
+__all__ = ["make_inputs", "run_calls", "exec_cells", "main"]
+
+
+def make_inputs(torch: Any, shapes: list[list[int]], dtype: Any, seed: int, device: str) -> tuple:
+    """The inputs of one call: standard normal values from ``seed`` (Philox), one kernel per input on a
+    GPU (drawn in ``dtype`` itself), float32 then cast on a CPU.
+
+    The verdict process calls this with the same seed to rebuild the inputs it never received.
+    """
+    gen = torch.Generator(device=device).manual_seed(int(seed))
+    if device == "cuda":
+        return tuple(torch.empty(*s, device=device, dtype=dtype).normal_(generator=gen) for s in shapes)
+    return tuple(torch.randn(*s, generator=gen, device=device, dtype=torch.float32).to(dtype) for s in shapes)
+
+
+def build_function(torch: Any, spec: dict[str, Any], namespace: dict[str, Any] | None, device: str) -> Any:
+    """The callable a round times: the learner's (``{"name"}``), the teacher's expression
+    (``{"expr", "args"}``), a copy of the inputs (``{"copy": true}``) or an empty output (``{"empty": shape}``)."""
+    if "name" in spec:
+        fn = (namespace or {}).get(spec["name"])
+        if fn is None or not callable(fn):
+            raise LookupError(f"no function {spec['name']}() is defined by the answer cells")
+        return fn
+    if spec.get("copy"):
+        def copy(*args: Any) -> Any:
+            outs = [torch.empty_like(a) for a in args]
+            for o, a in zip(outs, args, strict=True):
+                o.copy_(a)
+            return outs[0]
+        return copy
+    if "empty" in spec:
+        shape, dt = list(spec["empty"]), getattr(torch, spec.get("dtype", "float32"))
+        return lambda *args: torch.empty(shape, dtype=dt, device=device)
+    return eval(f"lambda {', '.join(spec['args'])}: {spec['expr']}", {"torch": torch})  # the teacher's spec
+
+
+def run_calls(torch: Any, fn: Any, shapes: list[list[int]], dtype: Any, seeds: list[int], device: str,
+              kwargs: dict[str, Any], record: Any = None, harness_time: list[float] | None = None
+              ) -> tuple[list[Any], list[float], list[tuple]]:
+    """One round: for each seed, fresh inputs (new storage, new values), one call, an exact-type check
+    and a float64 fingerprint (the output's sum) taken on the device; then the whole device is idle.
+    Every call's inputs stay alive to the end of the round, so no two calls share an address.
+
+    Returns (outputs, fingerprints, inputs). Raises TypeError for a result that is not exactly ``torch.Tensor``.
+    """
+    outs, prints, inputs, marks = [], [], [], []
+    timed = harness_time is not None and device == "cuda"
+
+    def mark() -> Any:
+        if not timed:
+            return None
+        e = torch.cuda.Event(enable_timing=True)
+        e.record()
+        return e
+    for seed in seeds:
+        m0 = mark()
+        args = make_inputs(torch, shapes, dtype, seed, device)
+        m1 = mark()
+        inputs.append(args)
+        out = fn(*args, **kwargs) if record is None else record(fn, args, kwargs)
+        if type(out) is not torch.Tensor:
+            raise TypeError(f"the function returned a {type(out).__module__}.{type(out).__qualname__}; "
+                            "expected exactly a torch.Tensor")
+        outs.append(out)
+        m2 = mark()
+        prints.append(torch.sum(out.detach(), dtype=torch.float64))
+        marks.append((m0, m1, m2, mark()))
+    if device == "cuda":
+        torch.cuda.synchronize()  # every stream of this process, until the device is idle
+    if timed:  # the GPU time of input generation and fingerprints alone (the grader's own work)
+        harness_time.append(sum(a.elapsed_time(b) + c.elapsed_time(d) for a, b, c, d in marks) * 1e-3)
+    return outs, [float(p) for p in prints], inputs
+
+
+_LAUNCHES: list[set[str] | None] = [None]
+"""Where Triton interpreter launches are written while a checked call is recorded (CPU only)."""
+
+
+def _count_triton_launches() -> None:
+    """Under ``TRITON_INTERPRET=1``, note each kernel launch (``triton:<name>``) in the recording set."""
+    try:
+        from triton.runtime import interpreter
+    except Exception:
+        return
+    original = interpreter.GridExecutor.__call__
+
+    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if _LAUNCHES[0] is not None:
+            _LAUNCHES[0].add("triton:" + str(getattr(getattr(self, "fn", None), "__name__", "?")))
+        return original(self, *args, **kwargs)
+    interpreter.GridExecutor.__call__ = call
+
+
+def _recorder(torch: Any, seen: set[str]) -> Any:
+    """Call ``fn`` while recording every aten op it dispatches (torch.compile disabled) and every
+    Triton launch under the interpreter."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Recorder(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+            seen.add(func._schema.name.split("::")[-1])
+            return func(*args, **(kwargs or {}))
+
+    def record(fn: Any, args: tuple, kwargs: dict[str, Any]) -> Any:
+        import torch._dynamo.config as dynamo_config
+
+        old = dynamo_config.disable
+        dynamo_config.disable = True
+        _LAUNCHES[0] = seen
+        try:
+            with Recorder():
+                return fn(*args, **kwargs)
+        finally:
+            _LAUNCHES[0] = None
+            dynamo_config.disable = old
+    return record
+
+
+class _CellTimeout(BaseException):
+    """An answer cell ran past its time limit."""
+
+
+def exec_cells(cells: list[str], namespace: dict[str, Any], cell_timeout: float = 600.0) -> list[str]:
+    """Run answer-cell sources in ``namespace`` (IPython syntax translated); errors are noted, not fatal."""
+    import linecache
+    import signal
+
+    def alarm(signum: int, frame: Any) -> None:
+        raise _CellTimeout()
+
+    try:
+        from IPython.core.inputtransformer2 import TransformerManager
+
+        transform = TransformerManager().transform_cell
+    except Exception:  # IPython missing: plain Python only
+        def transform(src: str) -> str:
+            return src
+    notes = []
+    for i, src in enumerate(cells):
+        name = f"<answer-cell-{i}>"
+        use_alarm = hasattr(signal, "setitimer")
+        try:
+            code = transform(src)
+            linecache.cache[name] = (len(code), None, code.splitlines(True), name)
+            if use_alarm:
+                signal.signal(signal.SIGALRM, alarm)
+                signal.setitimer(signal.ITIMER_REAL, cell_timeout)
+            exec(compile(code, name, "exec"), namespace)
+        except _CellTimeout:
+            notes.append(f"answer cell {i} ran past {cell_timeout:g} s and was stopped")
+        except BaseException as exc:  # a failing cell costs what depends on it, like in the notebook
+            notes.append(f"answer cell {i} raised {type(exc).__name__}: {str(exc)[:200]}")
+        finally:
+            if use_alarm:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+    return notes
+
+
+def _kernel_summary(prof: Any) -> dict[str, list[float]]:
+    """{kernel name: [count, total device microseconds]} of the GPU activity in a finished trace."""
+    out: dict[str, list[float]] = {}
+    for e in prof.events():
+        if str(getattr(e, "device_type", "")).endswith("CUDA"):
+            us = float(e.time_range.elapsed_us())
+            c = out.setdefault(e.name, [0, 0.0])
+            c[0] += 1
+            c[1] += us
+    return out
+
+
+def _non_dumpable() -> None:
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 0: no ptrace, no /proc/<pid>/mem
+    except Exception:
+        pass
+
+
+def main(role: str) -> int:
+    rfd, wfd = os.dup(0), os.dup(1)
+    null = os.open(os.devnull, os.O_RDWR)
+    os.dup2(null, 0)
+    os.dup2(null, 1)  # prints from answer cells go nowhere, not into the wire
+    if role == "baseline":
+        _non_dumpable()  # the learner worker (same uid) cannot reach into the baseline's process
+    if "--fake" in sys.argv:
+        os.environ["TRITON_INTERPRET"] = "1"
+    from .device import setup
+
+    setup()  # before torch and triton are imported, while the verdict process prepares
+    import torch
+
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        _count_triton_launches()
+    namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": __builtins__}
+    device = "cpu"
+    prof = None
+    while True:
+        msg, _ = perfwire.recv(rfd)
+        op = msg.get("op")
+        if op == "exit":
+            os._exit(0)
+        if op == "setup":
+            device = "cuda" if torch.cuda.is_available() and not msg.get("fake") else "cpu"
+            notes = exec_cells(list(msg.get("cells", [])), namespace, float(msg.get("cell_timeout") or 600))
+            perfwire.send(wfd, {"device": device, "notes": notes})
+        elif op == "arm":
+            armed = False
+            if device == "cuda":
+                try:
+                    from torch.profiler import ProfilerActivity, profile
+
+                    prof = profile(activities=[ProfilerActivity.CUDA])
+                    prof.__enter__()
+                    armed = True
+                except Exception as exc:  # reported: no trace, no credit
+                    prof = None
+                    perfwire.send(wfd, {"armed": False, "error": f"{type(exc).__name__}: {exc}"})
+                    continue
+            perfwire.send(wfd, {"armed": armed})
+        elif op == "round":
+            seen: set[str] = set()
+            head: dict[str, Any] = {"done": True, "fingerprints": [], "error": ""}
+            outs: list[Any] = []
+            inputs: list[tuple] = []
+            try:
+                fn = build_function(torch, msg["fn"], namespace, device)
+                kwargs = dict(msg.get("kwargs") or {})
+                harness: list[float] = []
+                outs, head["fingerprints"], inputs = run_calls(
+                    torch, fn, msg["shapes"], getattr(torch, msg["dtype"]), msg["seeds"], device, kwargs,
+                    _recorder(torch, seen) if msg.get("record_ops") else None,
+                    harness if msg.get("harness_time") else None)
+                if harness:
+                    head["harness_gpu_s"] = harness[0]
+            except BaseException as exc:
+                head["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+                outs = []
+            head["ops"] = sorted(seen)
+            perfwire.send(wfd, head)
+            if msg.get("send_outputs") and not head["error"]:
+                descs, blobs = zip(*(perfwire.tensor_bytes(o) for o in outs), strict=True) if outs else ((), ())
+                perfwire.send(wfd, {"tensors": list(descs)}, list(blobs))
+            if msg.get("send_inputs") and not head["error"]:
+                flat = [t for args in inputs for t in args]
+                descs, blobs = zip(*(perfwire.tensor_bytes(t) for t in flat), strict=True) if flat else ((), ())
+                perfwire.send(wfd, {"tensors": list(descs)}, list(blobs))
+            if prof is not None:
+                try:
+                    prof.__exit__(None, None, None)
+                    perfwire.send(wfd, {"kernels": _kernel_summary(prof)})
+                except Exception as exc:
+                    perfwire.send(wfd, {"kernels": None, "error": f"{type(exc).__name__}: {exc}"})
+                prof = None
+        else:
+            perfwire.send(wfd, {"error": f"unknown op {op!r}"})
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else "learner"))
