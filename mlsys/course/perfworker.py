@@ -219,7 +219,7 @@ def main(role: str) -> int:
         _non_dumpable()  # the learner worker (same uid) cannot reach into the baseline's process
     if "--fake" in sys.argv:
         os.environ["TRITON_INTERPRET"] = "1"
-    from .device import setup
+    from ..runtime.device import setup
 
     setup()  # before torch and triton are imported, while the verdict process prepares
     import torch
