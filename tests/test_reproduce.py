@@ -39,9 +39,11 @@ def book_experiments() -> dict[str, list[str]]:
     found: dict[str, list[str]] = {}
     for page in _pages():
         text = page.read_text(encoding="utf-8")
-        if "reproduce" not in text and "mlsys.bench.run(" not in text:
+        if "reproduce" not in text and "mlsys.bench.run(" not in text and "mlsys.bench run " not in text:
             continue
         names = set(re.findall(r'\\?"([a-z0-9_]+)\\?"', text)) & set(CATALOGUE)
+        for command in re.findall(r"mlsys\.bench run ((?:[a-z0-9_]+ ?)+)", text):  # the command a page prints
+            names |= set(command.split()) & set(CATALOGUE)
         names |= {labdata.EXPERIMENTS[lab] for lab in re.findall(r'labdata\.reference\(\\?"(lab\d)\\?"', text)}
         for name in names:
             found.setdefault(name, []).append(page.relative_to(REPO).as_posix())
