@@ -49,7 +49,7 @@ def course(dest: Path, n: int) -> Path:
 
 
 def one(name: str, n: int, tmp: Path, **kw) -> dict:
-    root = course(tmp / name, n)
+    root = course(tmp / "".join(ch if ch.isalnum() else "-" for ch in name), n)
     t0 = time.monotonic()
     rows = teach.grade(root, timeout=900, verbose=True, **kw)
     wall = time.monotonic() - t0
