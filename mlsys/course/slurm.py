@@ -65,8 +65,9 @@ def batch_script(command: list[str], *, env: dict[str, str], log_dir: Path, task
                  options: SlurmOptions) -> str:
     """The sbatch script of a job array of ``tasks`` tasks, each running ``command`` + its array index."""
     throttle = f"%{options.max_running}" if options.max_running else ""
+    # the log path goes on sbatch's command line (submit): a #SBATCH line is split at spaces
     lines = ["#!/bin/bash", f"#SBATCH --job-name={name}", f"#SBATCH --array=0-{tasks - 1}{throttle}",
-             f"#SBATCH --output={log_dir}/task-%a.log", "#SBATCH --ntasks=1"]
+             "#SBATCH --ntasks=1"]
     lines += [f"#SBATCH {a}" for a in options.sbatch_args()]
     lines += [f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items())]
     lines.append('export OMP_NUM_THREADS="${SLURM_CPUS_PER_TASK:-1}"')  # threads to match the cores Slurm gave
@@ -75,8 +76,10 @@ def batch_script(command: list[str], *, env: dict[str, str], log_dir: Path, task
 
 
 def submit(script: Path, cwd: Path) -> str:
-    """``sbatch --parsable script``; the job id. Raises :class:`SlurmUnavailable` with sbatch's message."""
-    proc = _run(["sbatch", "--parsable", str(script)], timeout=120)
+    """``sbatch --parsable script``, each task's log ``cwd/task-N.log``; the job id. Raises
+    :class:`SlurmUnavailable` with sbatch's message."""
+    proc = _run(["sbatch", "--parsable", f"--output={Path(cwd) / 'task-%a.log'}", f"--chdir={cwd}", str(script)],
+                timeout=120)
     if proc.returncode != 0:
         raise SlurmUnavailable(f"sbatch refused the job array: {(proc.stderr or proc.stdout).strip()[:600]}")
     return proc.stdout.strip().split(";")[0]
