@@ -601,7 +601,8 @@ def _baseline_round(v: _Verdict, base_worker: Any, prep: _Prepared, trace: bool 
     if over.kernels is not None:
         prep.harness |= set(over.kernels)
         prep.trace_ok = True  # the clean worker can trace here: a learner's worker that cannot is refused
-    prep.base.append(v.window(base_worker, prep.base_fn, case, prep.shapes, v.seeds(k)).seconds)
+    # traced as the learner's rounds are, so the trace's own cost falls on both sides of the share
+    prep.base.append(v.window(base_worker, prep.base_fn, case, prep.shapes, v.seeds(k), trace=trace).seconds)
 
 
 def _verdict(case: PerfCase, credit: float | None, reason: str, lines: list[str],
@@ -643,7 +644,7 @@ def grade_case(v: _Verdict, base_worker: Any, learner: Any, prep: _Prepared, tri
         while r < rounds:
             learner.pause(True)
             try:
-                _baseline_round(v, base_worker, prep)
+                _baseline_round(v, base_worker, prep, trace=v.trace and prep.trace_ok)
             finally:
                 learner.pause(False)
             seeds = v.seeds(k)
