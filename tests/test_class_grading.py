@@ -27,6 +27,7 @@ import pytest
 from mlsys.course import slurm, teach
 from mlsys.course.rowstore import RowStore, submission_key
 from mlsys.course.slots import make_slots
+from mlsys.runtime.processes import live_processes_with
 
 REPO = Path(__file__).resolve().parent.parent
 LABS = REPO / "labs"
@@ -90,16 +91,6 @@ def _slurm_or_skip() -> None:
     pytest.skip(f"no Slurm here ({why}); `sudo .ci/slurm-up` starts a single-node one")
 
 
-def _processes_with(marker: str) -> list[int]:
-    found = []
-    for d in Path("/proc").glob("[0-9]*"):
-        try:
-            if marker in (d / "cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace"):
-                if (d / "stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X"):
-                    found.append(int(d.name))
-        except (OSError, IndexError):
-            continue
-    return found
 
 
 # ------------------------------------------------------------------ slots: every GPU of one machine
@@ -314,7 +305,7 @@ def test_interrupted_run_resumes_without_regrading_finished_rows(tmp_path):
     assert len(pending) == 3 - len(finished) and all("run the same command again" in report[s]["reason"]
                                                      for s in pending)
     time.sleep(1)
-    assert not _processes_with(str(root)), "a process of the interrupted run lives on"
+    assert not live_processes_with(str(root)), "a process of the interrupted run lives on"
     done_before = {f[:-5] for f in finished}
     graded = {s: (root / "autograded" / s / "lab0_tiny" / "lab0_tiny.ipynb").stat().st_mtime_ns for s in done_before}
     p = teach.plan(root, settings=teach._settings_key(perf="off", use_sandbox=True, timeout=300.0, cell_timeout=None,

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from mlsys.course import teach
+from mlsys.runtime.processes import live_processes_with
 
 REPO = Path(__file__).resolve().parent.parent
 LABS = REPO / "labs"
@@ -66,17 +67,6 @@ def _tree_hashes(*folders: Path) -> dict[Path, bytes]:
     return out
 
 
-def _processes_with(marker: str) -> list[int]:
-    """Live (non-zombie) processes whose command line contains ``marker``."""
-    found = []
-    for d in Path("/proc").glob("[0-9]*"):
-        try:
-            if marker in (d / "cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace"):
-                if (d / "stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X"):
-                    found.append(int(d.name))
-        except (OSError, IndexError):
-            continue
-    return found
 
 
 def _sandbox_or_skip() -> None:
@@ -265,7 +255,7 @@ def test_bad_submission_corpus(tmp_path):
         assert row.correctness_max == 3 and row.performance_max == 1
     changed = [str(p) for p, data in guarded.items() if not p.is_file() or p.read_bytes() != data]
     assert not changed, f"grading changed files outside its output folders: {changed[:5]}"
-    assert not _processes_with("31337"), "a process started by a submission outlived grading"
+    assert not live_processes_with("31337"), "a process started by a submission outlived grading"
     # the enormous output was cut down in what is handed back
     big = root / "autograded" / "enormous_output" / "lab0_tiny" / "lab0_tiny.ipynb"
     assert big.stat().st_size < 500_000
@@ -325,4 +315,4 @@ def test_whole_submission_time_limit_keeps_earlier_cells_and_ends_every_process(
     last = next(c for c in graded["cells"] if c["metadata"].get("nbgrader", {}).get("grade_id") == "test_total")
     assert any(o.get("ename") == "NotRun" for o in last["outputs"]), last["outputs"]
     assert (root / "feedback" / "slowpoke" / "lab0_tiny" / "lab0_tiny.html").is_file()
-    assert not _processes_with("31338"), "a process started by the submission outlived grading"
+    assert not live_processes_with("31338"), "a process started by the submission outlived grading"

@@ -80,3 +80,19 @@ def test_kill_tree_kills_grandchildren_in_another_session():
             break
         time.sleep(0.1)
     assert not _alive(grandchild)
+
+
+def test_live_processes_with_finds_a_process_by_its_command_line_and_not_after_it_ends():
+    import subprocess
+    import sys
+
+    from mlsys.runtime.processes import live_processes_with
+
+    marker = "mlsys-marker-271828"
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", marker])
+    try:
+        assert proc.pid in live_processes_with(marker)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.pid not in live_processes_with(marker)
