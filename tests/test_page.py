@@ -74,3 +74,20 @@ def test_table_accepts_any_iterable_of_rows():
 def test_table_refuses_bad_input_saying_what_was_expected(rows, headers, align, error, match):
     with pytest.raises(error, match=match):
         page.table(rows, headers, align=align)
+
+
+def test_second_device_is_the_h200_the_records_name():
+    assert page.SECOND_DEVICE == device_slug("NVIDIA H200") == "nvidia-h200"
+    assert page.second("layer_roofline").device == "NVIDIA H200"
+    roofs = page.second_roofs()
+    assert roofs.slug == "nvidia-h200"
+    # an H200 copies at most its 4.8 TB/s datasheet bandwidth, more than the H100's 3.35 TB/s can
+    assert Q_(3.35, "TB/s") * 0.5 < roofs.figure("copy_bandwidth") < Q_(4.8, "TB/s")
+
+
+def test_recorded_in_names_the_folder_and_file_under_the_checkout():
+    assert page.recorded_in() == "data/measurements/nvidia-h100-80gb-hbm3/"
+    assert page.recorded_in("power_clocks") == "data/measurements/nvidia-h100-80gb-hbm3/power_clocks.json"
+    assert page.recorded_in("layer_roofline", device=page.SECOND_DEVICE) == "data/measurements/nvidia-h200/layer_roofline.json"
+    with pytest.raises(ValueError, match="REFERENCE_DEVICE"):
+        page.recorded_in(device="nvidia-a100")

@@ -15,14 +15,16 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from .page import REFERENCE_DEVICE, SECOND_DEVICE
+
 __all__ = ["reference", "EXPERIMENTS", "DEVICE", "DEVICES"]
 
 #: the named experiment (``mlsys.bench.experiments``) that records each lab's reference run
 EXPERIMENTS = {"lab2": "lab2_matmul", "lab3": "lab3_fusion"}
-#: the device whose records the labs show first
-DEVICE = "nvidia-h100-80gb-hbm3"
+#: the device whose records the labs show first (the book's reference device)
+DEVICE = REFERENCE_DEVICE
 #: every device with recorded lab runs, in the order the labs show them (the H200: same SMs, 1.4x the bandwidth)
-DEVICES = ("nvidia-h100-80gb-hbm3", "nvidia-h200")
+DEVICES = (REFERENCE_DEVICE, SECOND_DEVICE)
 #: relu(x) * 0.5 + 1.0: each op reads one tensor (the chain Lab 3 fuses)
 _RELU_CHAIN_ARITIES = (1, 1, 1)
 

@@ -5,8 +5,11 @@ A chapter quotes three kinds of figure: datasheet numbers (:mod:`mlsys.hardware`
 This module keeps the plumbing those cells repeat in one place, so a page's visible code is the one or
 two calls that make its figures:
 
-* :data:`REFERENCE_DEVICE`: the slug of the GPU every recorded figure of the book comes from;
-* :func:`reference` and :func:`reference_roofs`: that device's record of an experiment, and its roofs;
+* :data:`REFERENCE_DEVICE`: the slug of the GPU the book's recorded figures come from;
+* :data:`SECOND_DEVICE`: the slug of the second recorded GPU (per-kernel profiles, two-GPU runs);
+* :func:`reference` and :func:`reference_roofs`: the reference device's record of an experiment, and
+  its roofs; :func:`second` and :func:`second_roofs`: the same on the second device;
+* :func:`recorded_in`: where a record lies in the checkout, as text for the prose;
 * :func:`glue`: hand a value to the prose (MyST-NB ``glue`` without displaying it in the cell);
 * :func:`table`: a Markdown table from rows of values, to ``display`` or ``glue``.
 
@@ -21,19 +24,25 @@ Example (in a chapter)::
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Sequence
 from numbers import Real
 from typing import Any
 
 import pint
 
-from ..bench.records import Measurement, Record, load, load_experiment
+from ..bench.records import Measurement, Record, experiment_path, load, load_experiment
+from ..runtime.paths import checkout
 from .claims import fmt
 
-__all__ = ["REFERENCE_DEVICE", "reference", "reference_roofs", "glue", "table"]
+__all__ = ["REFERENCE_DEVICE", "SECOND_DEVICE", "reference", "reference_roofs", "second", "second_roofs",
+           "recorded_in", "glue", "table"]
 
 #: the device slug (``data/measurements/<slug>/``) of the GPU the book's recorded figures come from
 REFERENCE_DEVICE = "nvidia-h100-80gb-hbm3"
+#: the second recorded GPU: an H200 (the H100's SMs with 1.4x its memory bandwidth), where the per-kernel
+#: profiles and the two-GPU collectives were recorded
+SECOND_DEVICE = "nvidia-h200"
 
 _ALIGN = {"l": ":--", "r": "--:", "c": ":-:"}
 
@@ -46,6 +55,28 @@ def reference(experiment: str) -> Record:
 def reference_roofs() -> Measurement:
     """The measured roofs of :data:`REFERENCE_DEVICE` (``data/measurements/<slug>/roofs.json``)."""
     return load(REFERENCE_DEVICE)
+
+
+def second(experiment: str) -> Record:
+    """The record of ``experiment`` on :data:`SECOND_DEVICE` (validated; a missing one raises)."""
+    return load_experiment(experiment, device=SECOND_DEVICE)
+
+
+def second_roofs() -> Measurement:
+    """The measured roofs of :data:`SECOND_DEVICE` (``data/measurements/<slug>/roofs.json``)."""
+    return load(SECOND_DEVICE)
+
+
+def recorded_in(experiment: str | None = None, device: str = REFERENCE_DEVICE) -> str:
+    """Where a record lies, relative to the checkout, for the prose: ``data/measurements/<device>/`` and,
+    given an experiment, ``<experiment>.json`` in it (the layout :mod:`mlsys.bench.records` reads)."""
+    if device not in (REFERENCE_DEVICE, SECOND_DEVICE):
+        raise ValueError(f"recorded_in: device={device!r}; expected REFERENCE_DEVICE ({REFERENCE_DEVICE!r}) "
+                         f"or SECOND_DEVICE ({SECOND_DEVICE!r})")
+    path = experiment_path(experiment or "_", device)
+    with contextlib.suppress(ValueError):  # a data folder outside the checkout is named in full
+        path = path.relative_to(checkout())
+    return f"{path.parent.as_posix()}/" if experiment is None else path.as_posix()
 
 
 def glue(name: str, value: Any) -> None:
