@@ -55,3 +55,165 @@ def test_reproduction_commands_name_real_experiments(path):
              for m in [re.match(r"python -m mlsys\.bench run (\w+)", code)] if m]
     missing = [n for n in shown if n not in names]
     assert not missing, f"{path.name}: re-measure lines name experiments that do not exist: {missing}"
+
+
+# ---------------------------------------------------------------------------------------------------
+# The idea on the page, the plumbing hidden, the model in the package (issue 32, item 3)
+# ---------------------------------------------------------------------------------------------------
+
+_CELL = re.compile(r"^```\{code-cell\}[^\n]*\n(.*?)^```", re.S | re.M)
+#: tags that hide a cell's code from a reader (hide-input folds it away behind a toggle)
+_HIDING = {"remove-cell", "remove-input", "hide-input", "hide-cell"}
+#: names from mlsys that only format, glue, check or style: a visible cell calling only these shows no idea
+_PLUMBING = {"check", "fmt", "glue", "table", "recorded_in", "viz", "Q_", "short_kernel_name",
+             "REFERENCE_DEVICE", "SECOND_DEVICE"}
+
+
+def code_cells(md: str) -> list[tuple[int, bool, str]]:
+    """Each MyST code cell of ``md`` as (line, hidden, Python source); IPython magics are blanked."""
+    import yaml
+
+    out = []
+    for m in _CELL.finditer(md):
+        body, opts = m.group(1), {}
+        if body.startswith("---\n"):
+            end = body.index("\n---\n", 3)
+            opts, body = yaml.safe_load(body[4:end]) or {}, body[end + 5:]
+        else:
+            lines = body.split("\n")
+            while lines and lines[0].startswith(":"):
+                key, _, value = lines.pop(0)[1:].partition(":")
+                opts[key] = yaml.safe_load(value)
+            body = "\n".join(lines)
+        src = "\n".join("" if ln.lstrip().startswith(("%", "!")) else ln for ln in body.split("\n"))
+        out.append((md[:m.start()].count("\n") + 1, bool(_HIDING & set(opts.get("tags") or [])), src))
+    return out
+
+
+def _mlsys_names(trees: list) -> set[str]:
+    import ast
+
+    names: set[str] = set()
+    for tree in trees:
+        for n in ast.walk(tree):
+            if isinstance(n, ast.ImportFrom) and n.module and n.module.split(".")[0] == "mlsys":
+                names |= {a.asname or a.name for a in n.names}
+            elif isinstance(n, ast.Import):
+                names |= {(a.asname or a.name).split(".")[0] for a in n.names if a.name.split(".")[0] == "mlsys"}
+    return names
+
+
+def shown_mlsys_calls(md: str) -> list[tuple[int, list[str]]]:
+    """The visible cells of ``md`` that call into ``mlsys`` beyond plumbing: (line, the names they call)."""
+    import ast
+
+    cells = [(line, hidden, ast.parse(src)) for line, hidden, src in code_cells(md)]
+    names = _mlsys_names([t for _, _, t in cells]) - _PLUMBING
+    out = []
+    for line, hidden, tree in cells:
+        called = {n.func.id if isinstance(n.func, ast.Name) else None for n in ast.walk(tree) if isinstance(n, ast.Call)}
+        used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id in names}
+        # a module name counts where an attribute of it is called (viz-like plumbing is excluded above)
+        hit = sorted(used & (called | {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}))
+        if not hidden and hit:
+            out.append((line, hit))
+    return out
+
+
+def hidden_model_code(md: str) -> list[str]:
+    """Functions (``def`` or ``lambda``) defined in a hidden cell of ``md`` that do arithmetic.
+
+    A hidden cell may look figures up, pass them to ``mlsys`` and format the result; a formula in one is
+    model code the reader cannot see and no test covers: it belongs in an ``mlsys`` module with tests
+    worked by hand (or, if it is what the page teaches, in a visible cell).
+    """
+    import ast
+
+    bad = []
+    for line, hidden, src in code_cells(md):
+        if not hidden:
+            continue
+        for n in ast.walk(ast.parse(src)):
+            if isinstance(n, ast.FunctionDef | ast.Lambda):
+                arith = [b for b in ast.walk(n) if isinstance(b, ast.BinOp)
+                         and not (isinstance(b.op, ast.Mod) and isinstance(b.left, ast.Constant))  # "%s" % x
+                         and not (isinstance(b.op, ast.Add) and (isinstance(b.left, ast.Constant | ast.JoinedStr)
+                                                                 and isinstance(getattr(b.left, "value", ""), str)
+                                                                 or isinstance(b.left, ast.JoinedStr)))]
+                if arith:
+                    name = n.name if isinstance(n, ast.FunctionDef) else "lambda"
+                    bad.append(f"line {line + n.lineno}: {name}")
+    return bad
+
+
+def test_the_checks_see_hidden_model_code_and_shown_calls():
+    md = ("```{code-cell} ipython3\n:tags: [remove-cell]\nfrom mlsys import comm\nfrom mlsys.course.page import glue\n"
+          "def f(n):\n    return 2 * n\ng = lambda r: r['x']\n```\n\n"
+          "```{code-cell} ipython3\nglue('a', 1)\n```\n")
+    assert [b.split(": ")[1] for b in hidden_model_code(md)] == ["f"]
+    assert shown_mlsys_calls(md) == []  # glue is plumbing; comm is imported but only in a hidden cell
+    md += "```{code-cell} ipython3\nt = comm.allreduce_time(1, 2, 3, 4)\n```\n"
+    assert [names for _, names in shown_mlsys_calls(md)] == [["comm"]]
+    shown = "```{code-cell} ipython3\n---\ntags: [hide-input]\n---\nt = comm.x()\n```\n"
+    assert shown_mlsys_calls(md.split("```{code-cell} ipython3\nt")[0] + shown) == []
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
+def test_a_chapter_shows_the_mlsys_calls_that_make_its_figures(path):
+    shown = shown_mlsys_calls(path.read_text(encoding="utf-8"))
+    assert shown, (f"{path.name}: every call into mlsys is hidden; show the one or two calls that make the "
+                   "chapter's key figures in a short visible cell (hide only glue, fmt, check and tables)")
+
+
+#: hidden arithmetic in chapters reworked before the rule existed, to move into mlsys; the test fails when
+#: an entry is gone, so the list only shrinks
+KNOWN_HIDDEN_MODEL_CODE: dict[str, set[str]] = {}
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
+def test_no_chapter_hides_model_code(path):
+    found = {b.split(": ")[1] for b in hidden_model_code(path.read_text(encoding="utf-8"))}
+    known = KNOWN_HIDDEN_MODEL_CODE.get(path.stem, set())
+    assert found <= known, (f"{path.name}: hidden cells define functions that compute: "
+                            f"{hidden_model_code(path.read_text(encoding='utf-8'))}; move the formula into mlsys "
+                            "with a test worked by hand, or show it if it is what the page teaches")
+    assert known <= found, f"{path.name}: {sorted(known - found)} no longer hidden here; drop them from the list"
+
+
+# ---------------------------------------------------------------------------------------------------
+# Device slugs come from the page helper (REFERENCE_DEVICE, SECOND_DEVICE), never typed in a page
+# ---------------------------------------------------------------------------------------------------
+
+SLUGS = sorted(p.name for p in (ROOT / "data" / "measurements").iterdir() if p.is_dir())
+LAB_PAGES = sorted((ROOT / "labs" / "source").glob("*/*.ipynb"))
+#: labs/source is being rewritten by other work in this session; these labs still type a slug
+_LABS_WITH_SLUGS = {"lab4_collectives", "lab5_attention"}
+
+
+def slug_literals(text: str) -> list[str]:
+    return [s for s in SLUGS if re.search(rf"(?<![\w-]){re.escape(s)}(?![\w-])", text)]
+
+
+def test_the_slug_check_knows_the_recorded_devices_and_finds_one():
+    assert {"nvidia-h100-80gb-hbm3", "nvidia-h200"} <= set(SLUGS)
+    assert slug_literals('load_experiment("x", device="nvidia-h200")') == ["nvidia-h200"]
+    assert slug_literals("second('x')  # the nvidia-h200-ish") == []
+
+
+@pytest.mark.parametrize("path", CHAPTERS + [ROOT / "intro.md"], ids=[p.stem for p in CHAPTERS] + ["intro"])
+def test_no_device_slug_typed_in_a_chapter(path):
+    found = slug_literals(path.read_text(encoding="utf-8"))
+    assert not found, (f"{path.name} types the device slug(s) {found}; use mlsys.course.page's REFERENCE_DEVICE / "
+                       "SECOND_DEVICE, reference() / second() and recorded_in()")
+
+
+@pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.xfail(
+    p.stem in _LABS_WITH_SLUGS, strict=True, reason="labs/source owned by another helper this session"))
+    for p in LAB_PAGES], ids=[p.stem for p in LAB_PAGES])
+def test_no_device_slug_typed_in_a_lab(path):
+    import json
+
+    text = "\n".join("".join(c["source"]) for c in json.loads(path.read_text(encoding="utf-8"))["cells"])
+    found = slug_literals(text)
+    assert not found, (f"{path.name} types the device slug(s) {found}; use mlsys.course.page's REFERENCE_DEVICE / "
+                       "SECOND_DEVICE (or labdata.DEVICES)")
