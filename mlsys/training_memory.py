@@ -48,6 +48,8 @@ __all__ = [
     "activation_bytes",
     "TrainingMemory",
     "training_memory",
+    "mlp_block_activation_bytes",
+    "mlp_block_weight_bytes",
 ]
 
 #: optimizer name -> fp32 state vectors kept per parameter (besides any master copy)
@@ -168,3 +170,20 @@ def training_memory(
     states = model_state_bytes(m, weight_dtype, weight_dtype, optimizer, True, zero_stage, dp)
     acts = activation_bytes(m, seq_len, micro_batch, recompute)
     return TrainingMemory(states, acts, (states.total + acts).to("byte"))
+
+
+def mlp_block_activation_bytes(tokens: int, d: int, dtype: object = "bf16") -> pint.Quantity:
+    """Activations autograd saves for one MLP block ``Linear(d, 4d)``, GELU, ``Linear(4d, d)``, in byte.
+
+    The first linear keeps its input (``tokens x d``), GELU its input (``tokens x 4d``) and the second
+    linear its input, GELU's output (``tokens x 4d``): ``9 * tokens * d`` values of ``itemsize(dtype)``
+    bytes. (Chapter 1 checks the count against what autograd actually saves.)
+    """
+    tokens, d = require_count(tokens, "tokens"), require_count(d, "d")
+    return (9 * tokens * d * itemsize(dtype)).to("byte")
+
+
+def mlp_block_weight_bytes(d: int, dtype: object = "bf16") -> pint.Quantity:
+    """Weights of the same MLP block, biases ignored: ``d x 4d`` and ``4d x d``, ``8 d^2 * itemsize`` byte."""
+    d = require_count(d, "d")
+    return (8 * d * d * itemsize(dtype)).to("byte")
