@@ -136,7 +136,7 @@ def hidden_model_code(md: str) -> list[str]:
         for n in ast.walk(ast.parse(src)):
             if isinstance(n, ast.FunctionDef | ast.Lambda):
                 arith = [b for b in ast.walk(n) if isinstance(b, ast.BinOp)
-                         and not (isinstance(b.op, ast.Mod) and isinstance(b.left, ast.Constant))  # "%s" % x
+                         and not isinstance(b.op, ast.Mod)  # "%s" % x, or a divisibility test
                          and not (isinstance(b.op, ast.Add) and (isinstance(b.left, ast.Constant | ast.JoinedStr)
                                                                  and isinstance(getattr(b.left, "value", ""), str)
                                                                  or isinstance(b.left, ast.JoinedStr)))]
