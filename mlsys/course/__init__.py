@@ -20,17 +20,6 @@ process launch, paths) and measurement (``mlsys.bench``); none of them imports i
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from ..runtime.lazy import lazy_submodules
 
-_SUBMODULES = ("audit", "cellrunner", "checks", "claims", "device", "grading", "labdata", "page", "sandbox",
-               "sandboxed_execute", "site", "teach", "trusted")
-__all__ = list(_SUBMODULES)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _SUBMODULES:
-        module = importlib.import_module(f".{name}", __name__)
-        globals()[name] = module
-        return module
-    raise AttributeError(f"module 'mlsys.course' has no attribute {name!r}")
+__all__, __getattr__, __dir__ = lazy_submodules(__name__, __path__)

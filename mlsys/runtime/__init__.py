@@ -16,16 +16,6 @@ never :mod:`mlsys.bench` or :mod:`mlsys.course` (``tests/test_architecture.py`` 
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from .lazy import lazy_submodules
 
-_SUBMODULES = ("device", "launch", "notebook", "paths", "processes")
-__all__ = list(_SUBMODULES)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _SUBMODULES:
-        module = importlib.import_module(f".{name}", __name__)
-        globals()[name] = module
-        return module
-    raise AttributeError(f"module 'mlsys.runtime' has no attribute {name!r}")
+__all__, __getattr__, __dir__ = lazy_submodules(__name__, __path__)
