@@ -27,7 +27,7 @@ from typing import Any
 
 import pint
 
-from .datafile import read_toml
+from .datafile import NamedTable, read_named
 from .numerics import canonical_dtype
 from .units import Q_
 
@@ -251,42 +251,22 @@ def data_file() -> Path:
 
 def load(path: str | Path | None = None) -> dict[str, Accelerator]:
     """Load and validate a data file (default: :func:`data_file`); name -> Accelerator."""
-    path = Path(path) if path is not None else data_file()
-    data = read_toml(path, SpecError, "accelerator data file", "MLSYS_ACCELERATORS")
-    accels: dict[str, Accelerator] = {}
-    lookup: dict[str, str] = {}
-    for raw in data.get("accelerator", []):
-        acc = _build(raw)
-        if acc.name in accels:
-            raise SpecError(f"{path}: accelerator {acc.name!r} appears twice")
-        for label in (acc.name, *acc.aliases):
-            key = _norm(label)
-            if lookup.get(key, acc.name) != acc.name:
-                raise SpecError(f"{path}: name or alias {label!r} is used by both {lookup[key]} and {acc.name}")
-            lookup[key] = acc.name
-        accels[acc.name] = acc
-    if not accels:
-        raise SpecError(f"{path}: no [[accelerator]] entries")
-    return accels
+    return _table(path).entries
 
 
-def _norm(label: str) -> str:
-    return label.lower().replace(" ", "").replace("_", "").replace("-", "")
+def _table(path: str | Path | None = None) -> NamedTable[Accelerator]:
+    return read_named(Path(path) if path is not None else data_file(), "accelerator", _build, SpecError,
+                      "MLSYS_ACCELERATORS")
 
 
 @lru_cache(maxsize=1)
-def _registry() -> tuple[dict[str, Accelerator], dict[str, str]]:
-    accels = load()
-    lookup = {}
-    for acc in accels.values():
-        for label in (acc.name, *acc.aliases):
-            lookup[_norm(label)] = acc.name
-    return accels, lookup
+def _registry() -> NamedTable[Accelerator]:
+    return _table()
 
 
 def names() -> list[str]:
     """Canonical names of all accelerators, in data-file order."""
-    return list(_registry()[0])
+    return list(_registry().entries)
 
 
 def get(name: str) -> Accelerator:
@@ -297,13 +277,9 @@ def get(name: str) -> Accelerator:
     """
     if isinstance(name, Accelerator):
         return name
-    accels, lookup = _registry()
-    key = _norm(str(name))
-    if key not in lookup:
-        raise KeyError(f"unknown accelerator {name!r}; known: {', '.join(accels)}")
-    return accels[lookup[key]]
+    return _registry().get(name)
 
 
 def all_accelerators() -> list[Accelerator]:
     """Every accelerator in the data file, in data-file order."""
-    return list(_registry()[0].values())
+    return list(_registry().entries.values())

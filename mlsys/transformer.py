@@ -34,7 +34,7 @@ from typing import Any
 
 import pint
 
-from .datafile import read_toml
+from .datafile import NamedTable, read_named
 from .hardware import Source
 from .units import Q_, require_count
 
@@ -170,52 +170,31 @@ def _build(raw: dict[str, Any]) -> ModelShape:
     return shape
 
 
-def _norm(label: str) -> str:
-    return label.lower().replace(" ", "").replace("_", "").replace("-", "").replace(".", "")
-
-
 def load_models(path: str | Path | None = None) -> dict[str, ModelShape]:
     """Load and validate a model-shape file (default ``$MLSYS_MODELS`` or the packaged one): name -> shape."""
+    return _table(path).entries
+
+
+def _table(path: str | Path | None = None) -> NamedTable[ModelShape]:
     path = Path(path) if path is not None else Path(os.environ.get("MLSYS_MODELS") or MODELS_FILE)
-    data = read_toml(path, ModelSpecError, "model data file", "MLSYS_MODELS")
-    shapes: dict[str, ModelShape] = {}
-    seen: dict[str, str] = {}
-    for raw in data.get("model", []):
-        shape = _build(raw)
-        if shape.name in shapes:
-            raise ModelSpecError(f"{path}: model {shape.name!r} appears twice")
-        for label in (shape.name, *shape.aliases):
-            key = _norm(label)
-            if seen.get(key, shape.name) != shape.name:
-                raise ModelSpecError(f"{path}: name or alias {label!r} is used twice ({seen[key]}, {shape.name})")
-            seen[key] = shape.name
-        shapes[shape.name] = shape
-    if not shapes:
-        raise ModelSpecError(f"{path}: no [[model]] entries")
-    return shapes
+    return read_named(path, "model", _build, ModelSpecError, "MLSYS_MODELS")
 
 
 @lru_cache(maxsize=1)
-def _registry() -> tuple[dict[str, ModelShape], dict[str, str]]:
-    shapes = load_models()
-    lookup = {_norm(label): s.name for s in shapes.values() for label in (s.name, *s.aliases)}
-    return shapes, lookup
+def _registry() -> NamedTable[ModelShape]:
+    return _table()
 
 
 def model_names() -> list[str]:
     """Canonical names of the models in the data file, in file order."""
-    return list(_registry()[0])
+    return list(_registry().entries)
 
 
 def get_model(name: str | ModelShape) -> ModelShape:
     """A model shape by name or alias, ignoring case, spaces, '-', '_' and '.'; a shape passes through."""
     if isinstance(name, ModelShape):
         return name
-    shapes, lookup = _registry()
-    key = _norm(str(name))
-    if key not in lookup:
-        raise KeyError(f"unknown model {name!r}; known: {', '.join(shapes)}")
-    return shapes[lookup[key]]
+    return _registry().get(name)
 
 
 def attention_flops(model: str | ModelShape, position: int) -> pint.Quantity:
