@@ -96,3 +96,18 @@ def test_live_processes_with_finds_a_process_by_its_command_line_and_not_after_i
         proc.kill()
         proc.wait()
     assert proc.pid not in live_processes_with(marker)
+
+
+def test_a_lab_notebook_path_that_need_not_exist_yet_is_the_same_layout():
+
+    assert paths.lab_notebook("no_such_lab", must_exist=False) == paths.labs_root() / "source" / "no_such_lab" / "no_such_lab.ipynb"
+    with pytest.raises(FileNotFoundError, match="no_such_lab"):
+        paths.lab_notebook("no_such_lab")
+
+
+def test_the_lab_experiments_read_the_instructors_notebooks():
+    from mlsys.bench.experiments import lab2_matmul, lab3_fusion, lab5_attention
+    from mlsys.runtime.paths import lab_notebook
+
+    for module, lab in ((lab2_matmul, "lab2_tiled_matmul"), (lab3_fusion, "lab3_fusion"), (lab5_attention, "lab5_attention")):
+        assert module.NOTEBOOK == lab_notebook(lab)  # exists: the experiments time the kernels learners are shown

@@ -21,14 +21,15 @@ def labs_root() -> Path:
     return checkout() / "labs"
 
 
-def lab_notebook(lab: str, release: bool = False) -> Path:
+def lab_notebook(lab: str, release: bool = False, must_exist: bool = True) -> Path:
     """A lab's notebook: ``labs/source/<lab>/<lab>.ipynb`` (the instructor's), or ``labs/release/...`` (the student's).
 
-    Raises ``FileNotFoundError`` naming the labs there are when ``lab`` has no such notebook.
+    Raises ``FileNotFoundError`` naming the labs there are when ``lab`` has no such notebook, unless
+    ``must_exist`` is false (a module's default path, checked when it is read).
     """
     folder = labs_root() / ("release" if release else "source")
     path = folder / lab / f"{lab}.ipynb"
-    if not path.is_file():
+    if must_exist and not path.is_file():
         have = sorted(p.name for p in folder.iterdir() if (p / f"{p.name}.ipynb").is_file()) if folder.is_dir() else []
         raise FileNotFoundError(f"no notebook {path}; expected one of the labs {have}")
     return path

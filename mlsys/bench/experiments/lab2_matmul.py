@@ -18,11 +18,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ...runtime.paths import lab_notebook
+
 SHOWN_IN = ("labs/source/lab2_tiled_matmul",)
 NEEDS = "any"
 
-REPO = Path(__file__).resolve().parents[3]
-NOTEBOOK = REPO / "labs" / "source" / "lab2_tiled_matmul" / "lab2_tiled_matmul.ipynb"
+NOTEBOOK = lab_notebook("lab2_tiled_matmul", must_exist=False)  # the instructor's notebook
 
 KERNEL_TAG = "lab2-kernel"
 

@@ -19,12 +19,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from ...runtime.paths import lab_notebook
+
 SHOWN_IN = ("labs/release/lab5_attention/lab5_attention",)
 NEEDS = "any"
 
 #: the grade ids of the notebook cells that define ``attention(q, k, v, causal)``
 KERNEL_CELLS = ("attend_blocks", "attention_kernel", "attention_launcher")
-NOTEBOOK = Path(__file__).resolve().parents[3] / "labs" / "source" / "lab5_attention" / "lab5_attention.ipynb"
+NOTEBOOK = lab_notebook("lab5_attention", must_exist=False)  # the instructor's notebook
 TOKENS = 16384  # batch * seq_len
 MODEL_WIDTH = 2048  # heads * head_dim
 
