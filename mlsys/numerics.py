@@ -141,7 +141,7 @@ def itemsize(dtype: object):
 # (``float4_e2m1fn``), checked in the tests when it is installed.
 
 __all__ += [
-    "FloatFormat", "FORMATS", "float_format", "decode", "encode", "round_to_format", "values",
+    "FloatFormat", "FORMATS", "float_format", "decode", "encode", "round_to_format", "values", "normal_binades",
     "max_value", "min_normal", "min_subnormal", "epsilon", "bit_table",
 ]
 
@@ -347,6 +347,16 @@ def min_normal(fmt: object) -> float:
     """Smallest positive normal value: 2^(1 - bias) (fp16 2^-14, fp8_e4m3 2^-6, fp4_e2m1 1)."""
     f = float_format(fmt)
     return math.ldexp(1.0, f.emin)
+
+
+def normal_binades(fmt: object) -> int:
+    """Binades ``[2^e, 2^(e+1))`` that hold normal values: one per biased exponent code ``1 .. e_top``.
+
+    ``e_top`` is the largest code of finite normals (``2^E - 2`` where the top code is kept for inf and
+    NaN, as in IEEE formats; ``2^E - 1`` otherwise), so fp16 30, bf16 254, fp8_e4m3 15, fp8_e5m2 30,
+    fp4_e2m1 3.
+    """
+    return float_format(fmt).max_exponent_code
 
 
 def min_subnormal(fmt: object) -> float:

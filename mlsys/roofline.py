@@ -22,6 +22,8 @@ from .units import Q_, as_quantity, positive, require_count, require_positive
 
 __all__ = [
     "arithmetic_intensity",
+    "achieved_flops",
+    "achieved_bandwidth",
     "attainable_flops",
     "bound",
     "matmul_flops",
@@ -80,6 +82,16 @@ def arithmetic_intensity(flops: object, bytes_moved: object) -> pint.Quantity:
     number of bytes), per the policy in :mod:`mlsys.units`.
     """
     return (_flops(flops) / _bytes(bytes_moved)).to("FLOP/byte")
+
+
+def achieved_flops(flops: object, time: object) -> pint.Quantity:
+    """The rate a measured kernel reached: ``flops / time`` in FLOP/s (counted FLOPs over measured time)."""
+    return (_flops(flops) / positive(time, "s", "time")).to("FLOP/s")
+
+
+def achieved_bandwidth(bytes_moved: object, time: object) -> pint.Quantity:
+    """The bandwidth a measured kernel reached: ``bytes_moved / time`` in byte/s (counted bytes over measured time)."""
+    return (_bytes(bytes_moved) / positive(time, "s", "time")).to("byte/s")
 
 
 def _intensity(value: object) -> pint.Quantity:

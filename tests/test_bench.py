@@ -245,3 +245,16 @@ def test_spin_up_runs_for_the_time_it_is_given():
     t0 = time.perf_counter()
     n = spin_up(lambda: None, 0.05)
     assert time.perf_counter() - t0 >= 0.05 and n >= 1
+
+
+def test_relative_spread_and_a_drop_beyond_it_by_hand():
+    from mlsys.bench.timing import Timing, drop_exceeds_spread, relative_spread
+
+    # repeats 1.0, 1.1, 1.3 ms: (1.3 - 1.0) / 1.1 = 0.2727...
+    assert relative_spread({"min": 1.0e-3, "median": 1.1e-3, "max": 1.3e-3}) == pytest.approx(0.3 / 1.1)
+    timing = Timing(what="t", method="m", times=(1.3e-3, 1.0e-3, 1.1e-3), warmup=0, flush="none")
+    assert timing.spread == pytest.approx(0.3 / 1.1)
+    # 100 -> 90 TFLOP/s is a 10% drop: beyond a 5% spread, not beyond a 12% one
+    assert drop_exceeds_spread(100.0, 90.0, 0.05) and not drop_exceeds_spread(100.0, 90.0, 0.12)
+    with pytest.raises(ValueError, match="min <= median <= max"):
+        relative_spread({"min": 2.0, "median": 1.0, "max": 3.0})

@@ -232,3 +232,15 @@ def test_errors():
         nm.values("fp32")
     with pytest.raises(TypeError, match="real number"):
         nm.encode("1.0", "fp16")
+
+
+@pytest.mark.parametrize(("fmt", "binades"), [
+    # top finite exponent code: IEEE formats keep 2^E - 1 for inf/NaN, so 2^E - 2 codes of normals
+    ("fp16", 30),  # 2^5 - 2: 2^-14 .. 2^15 (65504 = 1.999 x 2^15)
+    ("bf16", 254),  # 2^8 - 2: 2^-126 .. 2^127
+    ("fp8_e5m2", 30),  # 2^5 - 2: 2^-14 .. 2^15 (57344 = 1.75 x 2^15)
+    ("fp8_e4m3", 15),  # no inf: 2^4 - 1, 2^-6 .. 2^8 (448 = 1.75 x 2^8)
+    ("fp4_e2m1", 3),  # no inf, no NaN: 2^2 - 1, 2^0 .. 2^2 (6 = 1.5 x 2^2)
+])
+def test_normal_binades_by_hand(fmt, binades):
+    assert nm.normal_binades(fmt) == binades

@@ -135,3 +135,13 @@ def test_units_readers_use_worked_by_hand():
     with pytest.raises(pint.DimensionalityError):
         Q_(1, "kWh").to("W")
 
+
+
+def test_achieved_rates_are_counted_work_over_measured_time():
+    from mlsys.roofline import achieved_bandwidth, achieved_flops
+
+    # 2 GB in 1 ms is 2 TB/s; 1 TFLOP in 2 ms is 500 TFLOP/s
+    assert achieved_bandwidth(Q_(2, "GB"), Q_(1, "ms")).to("TB/s").m == pytest.approx(2.0)
+    assert achieved_flops(Q_(1, "TFLOP"), Q_(2, "ms")).to("TFLOP/s").m == pytest.approx(500.0)
+    with pytest.raises(ValueError, match="time"):
+        achieved_bandwidth(Q_(1, "GB"), Q_(0, "s"))

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["Timing", "time_cpu", "time_cuda", "time_fn", "choose_repeats", "CheckFailed", "cpu_cache_bytes",
-           "l2_flush_bytes", "spin_up", "time_interleaved"]
+           "l2_flush_bytes", "spin_up", "time_interleaved", "relative_spread", "drop_exceeds_spread"]
 
 
 class CheckFailed(AssertionError):
@@ -73,6 +73,11 @@ class Timing:
         """Slowest repeat, seconds per operation."""
         return max(self.times) / self.per_call
 
+    @property
+    def spread(self) -> float:
+        """Run-to-run spread, ``(max - min) / median`` (see :func:`relative_spread`)."""
+        return relative_spread(self)
+
     def to_json(self) -> dict[str, Any]:
         """The statistics and method as a JSON-ready dict (times in seconds)."""
         return {
@@ -87,6 +92,27 @@ class Timing:
             "flush": self.flush,
             "per_call": self.per_call,
         }
+
+
+def relative_spread(timing: Timing | Mapping[str, Any]) -> float:
+    """Run-to-run spread of one timed point: ``(slowest - fastest repeat) / median``, a fraction.
+
+    ``timing`` is a :class:`Timing` or its recorded form (a dict with ``min``, ``median`` and ``max``,
+    as :meth:`Timing.to_json` writes it into a record).
+    """
+    get = (lambda k: getattr(timing, k)) if isinstance(timing, Timing) else timing.__getitem__
+    lo, mid, hi = (float(get(k)) for k in ("min", "median", "max"))
+    if not 0 < lo <= mid <= hi:
+        raise ValueError(f"relative_spread: expected 0 < min <= median <= max, got {lo}, {mid}, {hi}")
+    return (hi - lo) / mid
+
+
+def drop_exceeds_spread(before: float, after: float, spread: float) -> bool:
+    """Whether a throughput falls from ``before`` to ``after`` by more than ``spread`` (a fraction):
+    ``1 - after / before > spread``; the drop is then larger than the run-to-run noise."""
+    if before <= 0:
+        raise ValueError(f"drop_exceeds_spread: before={before}; expected a positive throughput")
+    return 1 - after / before > spread
 
 
 def choose_repeats(estimate_s: float, budget_s: float, min_repeats: int, max_repeats: int) -> int:
