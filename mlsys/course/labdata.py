@@ -76,7 +76,9 @@ def reference(lab: str, device: str = DEVICE) -> dict[str, Any] | None:
     lab2: ``{"device", "day", "reproduce", "tflops": {kernel: {size: TFLOP/s}}`` (cubes m = n = k),
     ``"shapes": {kernel: {"m x n x k": TFLOP/s}}`` (other shapes, where recorded), ``"headline": {"kernel",
     "size", "tflops", "cublas_tflops", "ratio"}, "lowest_share": {kernel: {"share", "at", "over"}}`` (where recorded: the lowest
-    share of cuBLAS over the sizes ``over``)``;
+    share of cuBLAS over the sizes ``over``), "library_kernels": {size: [kernel names cuBLAS ran]}`` (where
+    recorded), ``"autotune": {kernel: {size: config}}`` and ``"grouped_loads": {size: {"async_copies",
+    "two_byte_loads", "shared_memory", "config"}}`` (where recorded: how the grouped kernel's compiled code loads);
     lab3: ``{"device", "day", "reproduce", "copy_bandwidth" (byte/s), "launch" (s, the roofs'
     ``launch_eager``), "launch_source", "elementwise": [{"label", "seconds": {version: s},
     "share_of_copy": {version: fraction}, "predicted_speedup"}], "softmax": [{"label", "seconds":
@@ -98,6 +100,9 @@ def reference(lab: str, device: str = DEVICE) -> dict[str, Any] | None:
                          for k, by in data["throughput"].items()}
         out["lowest_share"] = {k: {"share": float(v["share"]), "at": v["at"], "over": list(v["over"])}
                                for k, v in data.get("lowest_share_of_cublas", {}).items()}
+        out["library_kernels"] = {size: list(names) for size, names in data.get("library_kernels", {}).items()}
+        out["autotune"] = data.get("autotune", {})
+        out["grouped_loads"] = data.get("grouped_loads", {})
         head = data["headline"]
         out["headline"] = {"kernel": head["kernel"], "size": int(head["size"]),
                            "tflops": _q(head["throughput"], "TFLOP/s"),

@@ -10,6 +10,9 @@ result is checked against ``torch.matmul`` after timing, and on odd shapes befor
 headline is the faster of the two reference kernels at the largest size, as a share of cuBLAS;
 ``lowest_share_of_cublas`` is each reference kernel's lowest share over 2048^3, 4096^3, 8192^3 and the
 other shapes (the figure the targets hold, not the best).
+On a GPU the record also names the kernels cuBLAS ran at each shape (``library_kernels``: its names
+carry the tile it chose) and counts how the grouped kernel's compiled code loads its operands
+(``grouped_loads``: 16-byte asynchronous copies against 2-byte loads, :func:`load_counts`).
 On a CPU (``--quick``) it runs tiny sizes under the Triton interpreter.
 """
 
@@ -160,7 +163,7 @@ def benchmark(kernels: dict[str, Any], mod: Any, sizes: dict[str, list[int]], de
         return (matmul_flops(m, n, k) / Q_(seconds, "s")).to("TFLOP/s").magnitude
 
     out: dict[str, Any] = {"time": {}, "throughput": {}, "ratio_to_cublas": {}, "checks": [], "autotune": {},
-                           "method": None, "failures": []}
+                           "method": None, "failures": [], "library_kernels": {}, "grouped_loads": {}}
     cublas: dict[str, float] = {}
     all_sizes = sorted({s for v in sizes.values() for s in v})
     cases = [(str(s), s, s, s, [name for name in kernels if s in sizes.get(name, [])]) for s in all_sizes]
@@ -199,7 +202,53 @@ def benchmark(kernels: dict[str, Any], mod: Any, sizes: dict[str, list[int]], de
             if name in AUTOTUNERS:
                 kernels[name](a, b)  # the autotuner's best_config is that of its last call: this shape's
                 out["autotune"].setdefault(name, {})[label] = config_of(getattr(mod, AUTOTUNERS[name]))
+        if dev == "cuda":
+            out["library_kernels"][label] = library_kernels(lambda a=a, b=b: torch.matmul(a, b), dev)
+            if "grouped+autotuned" in fns:
+                out["grouped_loads"][label] = grouped_loads(mod, a, b)
     return out
+
+
+def load_counts(ptx: str) -> dict[str, int]:
+    """How a kernel's PTX reads global memory: 16-byte asynchronous copies into shared memory
+    (``cp.async.cg.shared.global``, what Triton's software pipeline is built on) and 2-byte loads into
+    registers (``ld.global[.modifiers].b16``/``.u16``, one fp16 element each)."""
+    import re
+
+    return {"async_copies": len(re.findall(r"cp\.async\.cg\.shared\.global", ptx)),
+            "two_byte_loads": len(re.findall(r"ld\.global(?:\.\w+)*\.[bu]16\b", ptx))}
+
+
+def grouped_loads(mod: Any, a: Any, b: Any) -> dict[str, Any]:
+    """The grouped kernel as compiled for this shape, in the configuration its autotuner chose:
+    :func:`load_counts` of its PTX and its shared memory. Triton compiles one kernel per pattern of
+    its integer arguments (each divisible by 16 or not), so the counts differ between shapes."""
+    import torch
+
+    try:
+        cfg = mod.matmul_kernel.best_config
+        jit = mod.matmul_kernel.fn.fn  # autotune -> heuristics -> the jit function
+        m, k = a.shape
+        n = b.shape[1]
+        c = torch.empty(m, n, device=a.device, dtype=a.dtype)
+        kernel = jit.warmup(a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0),
+                            c.stride(1), **cfg.kwargs, EVEN_K=k % cfg.kwargs["BLOCK_K"] == 0,
+                            num_warps=cfg.num_warps, num_stages=cfg.num_stages, grid=(1,))
+        return {**load_counts(kernel.asm["ptx"]), "shared_memory": {"value": int(kernel.metadata.shared), "unit": "byte"},
+                "config": config_of(mod.matmul_kernel)}
+    except Exception as exc:  # a Triton whose internals differ: say so, keep the timings
+        return {"error": f"{type(exc).__name__}: {exc}"[:500]}
+
+
+def library_kernels(fn: Any, dev: str) -> list[str]:
+    """The names of the kernels one call of ``fn`` runs (:func:`mlsys.bench.profile.kernel_profile`).
+
+    cuBLAS names its Hopper kernels after their configuration (``nvjet_sm90_hsh_256x152_64x4_...``: a
+    256 x 152 output tile, 64-wide k steps, 4 stages), so the record says which tile the library chose.
+    """
+    from ..profile import kernel_profile
+
+    return [k["name"] for k in kernel_profile(fn, dev, calls=1)["kernels"]]
 
 
 
@@ -252,5 +301,6 @@ def run(ctx: Any) -> dict[str, Any]:
         "lowest_share_of_cublas": lowest_shares(result["ratio_to_cublas"], target_labels),
         "throughput": result["throughput"], "time": result["time"], "ratio_to_cublas": result["ratio_to_cublas"],
         "autotune": result["autotune"], "failures": result["failures"],
+        "library_kernels": result["library_kernels"], "grouped_loads": result["grouped_loads"],
         "checks_after_timing": result["checks"], "correctness_odd_shapes": checks, "all_correct": all_correct,
     }
