@@ -89,8 +89,12 @@ def test_live_processes_with_finds_a_process_by_its_command_line_and_not_after_i
     from mlsys.runtime.processes import live_processes_with
 
     marker = "mlsys-marker-271828"
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", marker])
+    # The child prints once it runs Python, so its command line is the exec'd one (right after fork
+    # /proc shows the parent's): on a loaded machine the exec can come a good while after Popen returns.
+    proc = subprocess.Popen([sys.executable, "-c", "import time; print(flush=True); time.sleep(30)", marker],
+                            stdout=subprocess.PIPE)
     try:
+        proc.stdout.readline()
         assert proc.pid in live_processes_with(marker)
     finally:
         proc.kill()
