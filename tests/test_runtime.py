@@ -99,6 +99,7 @@ def test_live_processes_with_finds_a_process_by_its_command_line_and_not_after_i
     finally:
         proc.kill()
         proc.wait()
+        proc.stdout.close()
     assert proc.pid not in live_processes_with(marker)
 
 
