@@ -27,11 +27,12 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from typing import Any
 
 from . import perfwire
 
-__all__ = ["make_inputs", "run_calls", "exec_cells", "main"]
+__all__ = ["make_inputs", "run_calls", "fingerprint", "exec_cells", "main"]
 
 
 def make_inputs(torch: Any, shapes: list[list[int]], dtype: Any, seed: int, device: str) -> tuple:
@@ -71,7 +72,7 @@ def run_calls(torch: Any, fn: Any, shapes: list[list[int]], dtype: Any, seeds: l
               kwargs: dict[str, Any], record: Any = None, harness_time: list[float] | None = None
               ) -> tuple[list[Any], list[float], list[tuple]]:
     """One round: for each seed, fresh inputs (new storage, new values), one call, an exact-type check
-    and a float64 fingerprint (the output's sum) taken on the device; then the whole device is idle.
+    and a float64 fingerprint (:func:`fingerprint`) taken on the device; then the whole device is idle.
     Every call's inputs stay alive to the end of the round, so no two calls share an address.
 
     Returns (outputs, fingerprints, inputs). Raises TypeError for a result that is not exactly ``torch.Tensor``.
@@ -96,13 +97,24 @@ def run_calls(torch: Any, fn: Any, shapes: list[list[int]], dtype: Any, seeds: l
                             "expected exactly a torch.Tensor")
         outs.append(out)
         m2 = mark()
-        prints.append(torch.sum(out.detach(), dtype=torch.float64))
+        prints.append(fingerprint(torch, out))
         marks.append((m0, m1, m2, mark()))
     if device == "cuda":
         torch.cuda.synchronize()  # every stream of this process, until the device is idle
     if timed:  # the GPU time of input generation and fingerprints alone (the grader's own work)
         harness_time.append(sum(a.elapsed_time(b) + c.elapsed_time(d) for a, b, c, d in marks) * 1e-3)
-    return outs, [float(p) for p in prints], inputs
+    return outs, [[float(x) for x in p.tolist()] for p in prints], inputs
+
+
+def fingerprint(torch: Any, out: Any) -> Any:
+    """(sum, 2-norm) of ``out`` in float64, on its device, as one 2-element tensor.
+
+    The sum alone can be known without the output (a softmax's rows each sum to 1; the sum of ``a @ b``
+    is ``a``'s column sums dotted with ``b``'s row sums, O(n^2) work); the 2-norm cannot be had for
+    less than computing the output (``||a @ b||`` needs ``a^T a``, itself a matmul), so a worker that
+    claims "done" before its outputs exist cannot give this pair."""
+    o = out.detach()
+    return torch.stack((torch.sum(o, dtype=torch.float64), torch.linalg.vector_norm(o, 2, dtype=torch.float64)))
 
 
 _LAUNCHES: list[set[str] | None] = [None]
@@ -236,8 +248,9 @@ def main(role: str) -> int:
             os._exit(0)
         if op == "setup":
             device = "cuda" if torch.cuda.is_available() and not msg.get("fake") else "cpu"
+            t0 = time.monotonic()
             notes = exec_cells(list(msg.get("cells", [])), namespace, float(msg.get("cell_timeout") or 600))
-            perfwire.send(wfd, {"device": device, "notes": notes})
+            perfwire.send(wfd, {"device": device, "notes": notes, "cells_s": time.monotonic() - t0})
         elif op == "arm":
             armed = False
             if device == "cuda":

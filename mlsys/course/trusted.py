@@ -72,7 +72,8 @@ from typing import Any
 
 __all__ = ["PerfCase", "answer_cells", "load_spec", "find_spec", "grade_case", "grade_performance", "run_job", "main",
            "FORBID_MATMUL", "FORBID_MATMUL_PREFIXES", "ALLOWED_FOR_COMPUTE", "FAKE_SECONDS", "VENDOR_KERNEL_MARKS",
-           "forbidden_ops", "kernel_refusal", "triton_kernel_names", "roofline_floor", "credit_of", "spread"]
+           "forbidden_ops", "kernel_refusal", "triton_kernel_names", "roofline_floor", "credit_of", "spread",
+           "sure_of_full_credit", "FULL_CREDIT_MARGIN"]
 
 FAKE_SECONDS = 1e-3
 """What the fake timer reports for every timed callable (seconds per call)."""
@@ -292,6 +293,17 @@ def credit_of(share: float, case: PerfCase) -> float:
     return min(1.0, max(0.0, (share - case.zero_at) / (case.full_at - case.zero_at)))
 
 
+FULL_CREDIT_MARGIN = 1.25
+"""How far past ``full_at`` the slowest learner round's share must be to stop after two rounds."""
+
+
+def sure_of_full_credit(baseline_s: float, slowest_s: float, case: PerfCase) -> bool:
+    """True when even the slowest learner round (``slowest_s`` per call) earns full credit against the
+    fastest baseline with :data:`FULL_CREDIT_MARGIN` to spare: more rounds could not change the verdict
+    unless the baseline itself ran that much faster, so grading stops early."""
+    return slowest_s > 0 and baseline_s > 0 and baseline_s / slowest_s >= FULL_CREDIT_MARGIN * case.full_at
+
+
 def spread(times: list[float]) -> float:
     """(max - min) / min of a list of round times: how far rounds of the same work fell apart."""
     return (max(times) - min(times)) / min(times) if times and min(times) > 0 else 0.0
@@ -313,6 +325,13 @@ class _ProcWorker:
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                      start_new_session=True)
         self.w, self.r = self.proc.stdin.fileno(), self.proc.stdout.fileno()
+        try:  # larger pipes: outputs of tens of MiB cross in fewer, larger writes (Linux only; else as is)
+            import fcntl
+
+            for fd in (self.w, self.r):
+                fcntl.fcntl(fd, 1031, 1 << 20)  # F_SETPIPE_SZ, up to /proc/sys/fs/pipe-max-size (1 MiB by default)
+        except (ImportError, OSError):
+            pass
 
     def send(self, msg: dict[str, Any]) -> None:
         from . import perfwire
@@ -396,13 +415,14 @@ class _Refused(Exception):
 @dataclass
 class _Window:
     seconds: float
-    fingerprints: list[float]
+    fingerprints: list[tuple[float, float]]
     ops: list[str]
     outputs: list[Any] | None
     kernels: dict[str, list[float]] | None
     trace_error: str = ""
     inputs: list[Any] | None = None
     harness_s: float | None = None
+    wall_s: float = 0.0
 
 
 class _Verdict:
@@ -468,11 +488,13 @@ class _Verdict:
             kernels = k.get("kernels")
             trace_error = trace_error or str(k.get("error", ""))
         fps = head.get("fingerprints")
-        if not isinstance(fps, list) or len(fps) != len(seeds) or not all(isinstance(x, (int, float)) for x in fps):
-            raise _Refused("the worker sent no fingerprint for every call")
+        if not isinstance(fps, list) or len(fps) != len(seeds) or not all(
+                isinstance(x, list) and len(x) == 2 and all(type(y) in (int, float) for y in x) for x in fps):
+            raise _Refused("the worker sent no fingerprint (sum, norm) for every call")
         seconds = len(seeds) * FAKE_SECONDS if self.fake else t1 - t0
-        win = _Window(seconds, [float(x) for x in fps], list(head.get("ops") or []), outputs, kernels, trace_error,
-                      inputs)
+        win = _Window(seconds, [(float(x[0]), float(x[1])) for x in fps], list(head.get("ops") or []), outputs,
+                      kernels, trace_error, inputs)
+        win.wall_s = t1 - t0
         h = head.get("harness_gpu_s")
         win.harness_s = float(h) if isinstance(h, (int, float)) and math.isfinite(h) and h >= 0 else None
         return win
@@ -513,10 +535,12 @@ class _Verdict:
                                f"(first at flat index {idx}: {float(a.flatten()[idx])!r} vs "
                                f"{float(e.flatten()[idx])!r}, rtol={case.rtol:g}, atol={case.atol:g})")
             total = float(torch.sum(got, dtype=torch.float64))
+            norm = float(torch.linalg.vector_norm(got, 2, dtype=torch.float64))
             scale = float(torch.sum(got.abs(), dtype=torch.float64)) if got.is_floating_point() else abs(total)
-            if not (math.isfinite(fp) and abs(fp - total) <= 1e-6 * scale + 1e-6):
+            if not (all(map(math.isfinite, fp)) and abs(fp[0] - total) <= 1e-6 * scale + 1e-6
+                    and abs(fp[1] - norm) <= 1e-6 * norm + 1e-6):
                 raise _Refused(f"{what}, call {i + 1}: the output sent differs from the one the worker "
-                               f"fingerprinted when it said the call was done ({fp!r} vs {total!r})")
+                               f"fingerprinted when it said the call was done (sum, norm {fp!r} vs {(total, norm)!r})")
 
 
 def _shapes(case: PerfCase, small: bool) -> tuple[list[list[int]], list[list[int]]]:
@@ -618,6 +642,10 @@ def grade_case(v: _Verdict, base_worker: Any, learner: Any, prep: _Prepared, tri
     k = case.repeats
     fn = {"name": case.function}
     ev: dict[str, Any] = {"device": v.device, "calls_per_round": k}
+    import time
+
+    t_case = time.monotonic()
+    walls: list[list[float]] = []  # per round: baseline side, learner's round, its checks (wall seconds)
     try:
         seeds = v.seeds(2)
         w = v.window(learner, fn, case, prep.shapes, seeds, record_ops=True, send_outputs=True, send_inputs=True)
@@ -637,19 +665,24 @@ def grade_case(v: _Verdict, base_worker: Any, learner: Any, prep: _Prepared, tri
         seeds = v.seeds(2)
         w = v.window(learner, fn, case, prep.fresh_shapes, seeds, send_outputs=True)
         v.check_outputs(case, prep.ref_fn, prep.fresh_shapes, seeds, w, f"{case.function} on fresh shapes")
+        ev["checked_calls_wall_s"] = round(time.monotonic() - t_case, 3)
         mine: list[float] = []
         kernels_seen: dict[str, list[float]] = {}
         rounds = case.rounds
         r = 0
         while r < rounds:
+            t0 = time.monotonic()
             learner.pause(True)
             try:
                 _baseline_round(v, base_worker, prep, trace=v.trace and prep.trace_ok)
             finally:
                 learner.pause(False)
+            t1 = time.monotonic()
             seeds = v.seeds(k)
             w = v.window(learner, fn, case, prep.shapes, seeds, send_outputs=True, trace=v.trace)
+            t2 = time.monotonic()
             v.check_outputs(case, prep.ref_fn, prep.shapes, seeds, w, f"{case.function} (timed round {r + 1})")
+            walls.append([round(t1 - t0, 3), round(t2 - t1, 3), round(time.monotonic() - t2, 3)])
             mine.append(w.seconds)
             over = 0.0 if v.fake else min(prep.over)
             per_call = (w.seconds - over) / k
@@ -666,15 +699,18 @@ def grade_case(v: _Verdict, base_worker: Any, learner: Any, prep: _Prepared, tri
                 if why:
                     raise _Refused(why)
             r += 1
+            b_s = (min(prep.base) - over) / k
             if r == rounds and remeasure and rounds == case.rounds:
-                b_s = (min(prep.base) - over) / k
                 m_s = (min(mine) - over) / k
                 if m_s > 0 and credit_of(b_s / m_s, case) < 1.0:
                     rounds += case.rounds  # a verdict below full credit is measured again before it stands
+            elif r >= 2 and rounds == case.rounds and not v.fake and sure_of_full_credit(b_s, (max(mine) - over) / k, case):
+                ev["stopped_early"] = f"after {r} rounds: full credit even at the slowest round, with room to spare"
+                break  # fewer rounds when every round, the slowest too, earns full credit with a margin
         over = 0.0 if v.fake else min(prep.over)
         base_s = (min(prep.base) - over) / k
         mine_s = (min(mine) - over) / k
-        ev.update(learner_rounds_s=mine, baseline_rounds_s=prep.base, overhead_rounds_s=prep.over,
+        ev.update(rounds_wall_s=walls, case_wall_s=round(time.monotonic() - t_case, 3), learner_rounds_s=mine, baseline_rounds_s=prep.base, overhead_rounds_s=prep.over,
                   learner_spread=spread(mine), baseline_spread=spread(prep.base), remeasured=rounds > case.rounds,
                   kernels={n[:200]: c for n, c in sorted(kernels_seen.items(), key=lambda x: -x[1][1])[:8]})
         if not (mine_s > 0 and math.isfinite(mine_s)):
@@ -726,31 +762,44 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
     fake = bool(job.get("fake")) or fake_timer()
     cases = [PerfCase.from_dict(gid, d) for gid, d in job["cases"].items()]
     cells = list(job.get("cells", []))
-    deadline = time.monotonic() + float(job.get("deadline_s") or 1800)
-    v = _Verdict(fake, deadline)
+    start = time.monotonic()
+    deadline = start + float(job.get("deadline_s") or 1800)
+    phases: dict[str, float] = {}
+
+    def lap(what: str) -> None:  # where a grading's wall time goes (kept in the result, for the teacher)
+        phases[what] = round(time.monotonic() - start - sum(x for k, x in phases.items() if not k.endswith("_own_s")), 3)
     workers: list[Any] = []
     verdicts: dict[str, Any] = {}
     notes: list[str] = []
     try:
+        # the workers start torch while this process starts its own: the three start-ups overlap
         base = _ProcWorker("baseline", fake)
         workers.append(base)
-        learner = _ProcWorker("learner", fake)  # starts torch meanwhile; it gets the answer cells after the baseline
+        learner = _ProcWorker("learner", fake)  # it gets the answer cells only after the baseline is measured
         workers.append(learner)
         base.send({"op": "setup", "cells": [], "fake": fake})
+        v = _Verdict(fake, deadline)
+        lap("verdict_start")
         base.recv(deadline)
+        lap("baseline_worker_start")
         prepared = {}
         for c in cases:
             try:
                 prepared[c.grade_id] = _prepare(v, base, c)
             except Exception as exc:  # the grader's own failure: no credit, say why
                 verdicts[c.grade_id] = _verdict(c, 0.0, f"refused: grading failed: {type(exc).__name__}: {exc}", [])
+        lap("baseline_prepare")
         learner.send({"op": "setup", "cells": cells, "fake": fake, "cell_timeout": float(job.get("cell_timeout") or 600)})
         head, _ = learner.recv(deadline)
+        lap("learner_cells")
+        if isinstance(head.get("cells_s"), (int, float)):
+            phases["learner_cells_own_s"] = round(float(head["cells_s"]), 3)
         notes = [str(n) for n in head.get("notes", [])][:50]
         names = triton_kernel_names(cells)
         for gid, prep in prepared.items():
             try:
                 verdicts[gid] = grade_case(v, base, learner, prep, names)
+                lap(f"case:{gid}")
             except Exception as exc:  # a dead or garbled worker: no credit, say why
                 verdicts[gid] = _verdict(prep.case, 0.0, f"refused: the worker stopped answering "
                                          f"({type(exc).__name__}: {str(exc)[:200]})", [])
@@ -763,7 +812,7 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
     finally:
         for w in workers:
             w.close()
-    return {"verdicts": verdicts, "notes": notes, "fake": fake}
+    return {"verdicts": verdicts, "notes": notes, "fake": fake, "phases_s": phases}
 
 
 def main() -> int:
