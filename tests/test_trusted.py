@@ -366,3 +366,17 @@ def test_collectives_decision():
     assert trusted.kernel_refusal("collectives", kernels, set(), set(), False, 2, 400e-6) == ""
     kernels["ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"] = [2, 800.0]
     assert "vendor library kernels" in trusted.kernel_refusal("collectives", kernels, set(), set(), False, 2, 400e-6)
+
+
+def test_link_floor_uses_the_datasheet_link_per_direction():
+    """An H200's NVLink: 900 GB/s both ways, 450 GB/s per direction (NVIDIA's datasheet); the GPU's
+    name as CUDA gives it is looked up word by word."""
+    import types
+
+    from mlsys.course.trusted import _link_bandwidth
+
+    def gpu(name: str) -> types.SimpleNamespace:
+        return types.SimpleNamespace(cuda=types.SimpleNamespace(get_device_name=lambda: name))
+    assert _link_bandwidth(gpu("NVIDIA H200"))[1] == pytest.approx(450e9)
+    assert _link_bandwidth(gpu("NVIDIA H100 80GB HBM3"))[1] == pytest.approx(450e9)
+    assert _link_bandwidth(gpu("Some Unknown GPU")) is None

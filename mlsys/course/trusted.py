@@ -697,6 +697,27 @@ def _measured_roof(torch: Any, dtype: str) -> Any:
         return None
 
 
+def _link_bandwidth(torch: Any) -> tuple[str, float] | None:
+    """(label, byte/s) of this GPU's interconnect per direction from the datasheet (``mlsys.hardware``),
+    or None where the GPU or its link is not on file. "NVIDIA H100 80GB HBM3" is looked up as
+    "H100 80GB HBM3", then "H100 80GB", then "H100"."""
+    try:
+        from mlsys import hardware
+
+        words = torch.cuda.get_device_name().replace("NVIDIA", "").split()
+        for n in range(len(words), 0, -1):
+            try:
+                acc = hardware.get(" ".join(words[:n]))
+            except KeyError:
+                continue
+            bw = acc.interconnect_bandwidth
+            return None if bw is None else (f"{acc.name} datasheet link {bw.to('GB/s'):~P} per direction",
+                                            float(bw.to("byte/s").magnitude))
+    except Exception:
+        return None
+    return None
+
+
 @dataclass
 class _Prepared:
     case: PerfCase
@@ -868,7 +889,18 @@ def grade_case(v: _Verdict, base_worker: Any, learner: Any, prep: _Prepared, tri
             raise _Refused(f"the measured time per call ({mine_s!r} s after the grader's own overhead) is not positive")
         floor_line = ""
         work = _work(case, prep.shapes, prep.itemsize)
-        if v.cuda and work is not None:
+        if v.cuda and work is not None and case.world > 1:  # a collective: its bytes over the GPU's link
+            link = _link_bandwidth(v.torch)
+            if link is None:
+                floor_line = "; no datasheet link bandwidth for this GPU (no link floor)"
+            else:
+                floor = work[1] / link[1]
+                ev["link_floor_s"] = floor
+                floor_line = f"; link floor {floor * 1e3:.4g} ms ({link[0]})"
+                if mine_s < 0.9 * floor:
+                    raise _Refused(f"{case.function} took {mine_s * 1e3:.4g} ms per call, below the {floor * 1e3:.4g} ms "
+                                   f"its {work[1]:.3g} bytes per rank take at {link[0]}: no real exchange runs that fast")
+        elif v.cuda and work is not None:
             roof = _measured_roof(v.torch, case.dtype)
             if roof is not None:
                 floor = roofline_floor(work[0], work[1], roof)
