@@ -380,3 +380,33 @@ def test_link_floor_uses_the_datasheet_link_per_direction():
     assert _link_bandwidth(gpu("NVIDIA H200"))[1] == pytest.approx(450e9)
     assert _link_bandwidth(gpu("NVIDIA H100 80GB HBM3"))[1] == pytest.approx(450e9)
     assert _link_bandwidth(gpu("Some Unknown GPU")) is None
+
+
+def test_outputs_cross_through_a_sealed_shared_region():
+    """A round's outputs are copied once into a memfd the verdict made (sealed: the worker can neither
+    shrink nor grow it), read back as the verdict's own copy, and a descriptor pointing outside is refused."""
+    import os
+
+    import torch
+
+    from mlsys.course import perfwire
+    from mlsys.course.trusted import _shared_region
+
+    region = _shared_region()
+    assert region is not None, "memfd_create with seals is available on Linux"
+    fd, mm = region
+    with pytest.raises(OSError):
+        os.ftruncate(fd, 4096)  # F_SEAL_SHRINK
+    outs = [torch.arange(10, dtype=torch.float16).reshape(2, 5), torch.tensor([1.5, -2.0], dtype=torch.float64)]
+    descs = perfwire.tensors_to_shared(outs, mm)
+    assert [d["offset"] for d in descs] == [0, 64]  # 20 bytes, then the next 64-byte boundary
+    back = [perfwire.tensor_from_shared(d, mm, "cpu") for d in descs]
+    assert all(torch.equal(a, b) and type(b) is torch.Tensor for a, b in zip(outs, back, strict=True))
+    mm[0:4] = b"\xff\xff\xff\xff"  # the worker writes again: the copy already read does not change
+    assert back[0][0, 0] == 0 and back[0][0, 1] == 1
+    with pytest.raises(perfwire.WireError):
+        perfwire.tensor_from_shared(dict(descs[0], offset=len(mm) - 4), mm, "cpu")
+    with pytest.raises(perfwire.WireError):
+        perfwire.tensor_from_shared(dict(descs[0], shape=[3, 5]), mm, "cpu")
+    mm.close()
+    os.close(fd)

@@ -270,6 +270,13 @@ def main(role: str) -> int:
     null = os.open(os.devnull, os.O_RDWR)
     os.dup2(null, 0)
     os.dup2(null, 1)  # prints from answer cells go nowhere, not into the wire
+    shm = None  # the region the verdict process shares for outputs (--shm FD:BYTES), if any
+    for arg in sys.argv:
+        if arg.startswith("--shm="):
+            import mmap
+
+            fd, size = (int(x) for x in arg.removeprefix("--shm=").split(":"))
+            shm = mmap.mmap(fd, size)
     if role == "baseline":
         _non_dumpable()  # the learner worker (same uid) cannot reach into the baseline's process
     if "--fake" in sys.argv:
@@ -334,8 +341,12 @@ def main(role: str) -> int:
             head["ops"] = sorted(seen)
             perfwire.send(wfd, head)
             if msg.get("send_outputs") and not head["error"]:
-                descs, blobs = zip(*(perfwire.tensor_bytes(o) for o in outs), strict=True) if outs else ((), ())
-                perfwire.send(wfd, {"tensors": list(descs)}, list(blobs))
+                shared = perfwire.tensors_to_shared(outs, shm) if shm is not None and msg.get("shm") else None
+                if shared is not None:
+                    perfwire.send(wfd, {"shared_tensors": shared})
+                else:
+                    descs, blobs = zip(*(perfwire.tensor_bytes(o) for o in outs), strict=True) if outs else ((), ())
+                    perfwire.send(wfd, {"tensors": list(descs)}, list(blobs))
             if msg.get("send_inputs") and not head["error"]:
                 flat = [t for args in inputs for t in args]
                 descs, blobs = zip(*(perfwire.tensor_bytes(t) for t in flat), strict=True) if flat else ((), ())

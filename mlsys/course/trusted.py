@@ -336,6 +336,26 @@ def spread(times: list[float]) -> float:
 # workers: the learner's process, and a clean one for the baseline
 
 
+SHARED_BYTES = 8 << 30
+"""Size of the shared region a worker writes a round's outputs into (sparse: pages exist once written)."""
+
+
+def _shared_region() -> tuple[int, Any] | None:
+    """(fd, mapping) of a sealed memfd of :data:`SHARED_BYTES` (Linux), or None (outputs then cross the pipe).
+
+    Sealed against shrinking and growing, so a worker cannot truncate it under this process's reads."""
+    try:
+        import fcntl
+        import mmap
+
+        fd = os.memfd_create("mlsys-perf-outputs", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)  # only its worker inherits it
+        os.ftruncate(fd, SHARED_BYTES)
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
+        return fd, mmap.mmap(fd, SHARED_BYTES)
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
 class _ProcWorker:
     """A worker process (:mod:`mlsys.course.perfworker`) spoken to through :mod:`mlsys.course.perfwire`."""
 
@@ -344,9 +364,13 @@ class _ProcWorker:
 
         self.role = role
         argv = [sys.executable, "-P", "-m", "mlsys.course.perfworker", role] + (["--fake"] if fake else [])
+        self.shm, fds = _shared_region(), ()
+        if self.shm is not None:
+            argv.append(f"--shm={self.shm[0]}:{SHARED_BYTES}")
+            fds = (self.shm[0],)
         self.proc = subprocess.Popen(argv,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                     start_new_session=True)
+                                     start_new_session=True, pass_fds=fds)
         self.w, self.r = self.proc.stdin.fileno(), self.proc.stdout.fileno()
         try:  # larger pipes: outputs of tens of MiB cross in fewer, larger writes (Linux only; else as is)
             import fcntl
@@ -384,6 +408,13 @@ class _ProcWorker:
         except OSError:
             pass
         self.proc.wait()
+        if self.shm is not None:
+            try:
+                self.shm[1].close()
+                os.close(self.shm[0])
+            except (BufferError, OSError):
+                pass
+            self.shm = None
 
 
 class _RankGroup:
@@ -564,7 +595,7 @@ class _Verdict:
         msg = {"op": "round", "fn": fn, "shapes": shapes, "dtype": case.dtype, "seeds": seeds,
                "kwargs": case.kwargs if "name" in fn else {},  # the learner's function's keywords, not the baseline's
                "record_ops": record_ops, "send_outputs": send_outputs, "send_inputs": send_inputs,
-               "harness_time": harness_time}
+               "harness_time": harness_time, "shm": getattr(worker, "shm", None) is not None}
         t0 = self.clock()
         worker.send(msg)
         head, _ = worker.recv(self.deadline)
@@ -578,10 +609,17 @@ class _Verdict:
             from .perfwire import tensor_from_bytes
 
             desc, blobs = worker.recv(self.deadline)
-            tensors = desc.get("tensors") or []
+            shared = desc.get("shared_tensors")
+            tensors = (shared if isinstance(shared, list) and getattr(worker, "shm", None) is not None
+                       else desc.get("tensors")) or []
             if len(tensors) != len(seeds):
                 raise _Refused(f"expected {len(seeds)} outputs from the worker, got {len(tensors)}")
-            outputs = [tensor_from_bytes(d, b) for d, b in zip(tensors, blobs, strict=True)]
+            if tensors is shared:
+                from .perfwire import tensor_from_shared
+
+                outputs = [tensor_from_shared(d, worker.shm[1], self.device) for d in tensors]
+            else:
+                outputs = [tensor_from_bytes(d, b) for d, b in zip(tensors, blobs, strict=True)]
         inputs = None
         if send_inputs:
             from .perfwire import tensor_from_bytes
