@@ -410,3 +410,14 @@ def test_outputs_cross_through_a_sealed_shared_region():
         perfwire.tensor_from_shared(dict(descs[0], shape=[3, 5]), mm, "cpu")
     mm.close()
     os.close(fd)
+
+
+def test_a_collective_below_the_dispatcher_is_flagged_for_the_teacher():
+    """What a CPU grading cannot refuse outright (a backend-level all-reduce with a token send) the audit names."""
+    import json
+
+    from mlsys.course import audit
+
+    nb = json.loads((LAB4_PERF / "backend_allreduce.nb.json").read_text())
+    flags = audit.audit_notebook(nb)
+    assert any(f.kind == "introspection" and "_get_backend" in f.what for f in flags), flags
