@@ -52,7 +52,11 @@ the trust model):
 
 Extra perf.toml keys: ``kernels = "triton"`` (the trace must show a Triton kernel of the learner's),
 ``flops`` and ``bytes`` (expressions in the argument shapes and ``itemsize``, per call, for the
-roofline floor), ``rounds`` (default 3).
+roofline floor), ``rounds`` (default 3), ``world`` (default 1: a collective run on that many ranks the
+verdict starts itself, gloo on a CPU and NCCL on GPUs; its ``reference`` sees each argument stacked over
+the ranks, e.g. ``x.sum(0)``; ``forbid = "collectives"`` refuses every torch.distributed op but sends,
+receives and barriers, recorded in every rank in every call; ``bytes`` per rank gives a link floor
+from the GPU's datasheet interconnect bandwidth).
 
 ``MLSYS_FAKE_TIMER=1`` (or ``fake=True``) selects a deterministic fake timer so CI exercises every
 decision on a CPU: every round is reported as ``repeats`` x 1 ms, so an honest function earns full
