@@ -340,6 +340,9 @@ def spread(times: list[float]) -> float:
 # workers: the learner's process, and a clean one for the baseline
 
 
+ROUND_LIMIT_S = 300.0
+"""Longest a worker may take to answer one round (its compilation and autotuning on first calls included)."""
+
 SHARED_BYTES = 8 << 30
 """Size of the shared region a worker writes a round's outputs into (sparse: pages exist once written)."""
 
@@ -590,11 +593,16 @@ class _Verdict:
                *, record_ops: bool = False, send_outputs: bool = False, send_inputs: bool = False,
                trace: bool = False, harness_time: bool = False) -> _Window:
         """One round of ``len(seeds)`` calls, timed by this process's clock from the request to the
-        worker's "done" (which it sends after the device is idle and every fingerprint is taken)."""
+        worker's "done" (which it sends after the device is idle and every fingerprint is taken).
+        A round answers within :data:`ROUND_LIMIT_S` (a ring whose ranks wait for each other for ever, a
+        hung call) or the worker is taken as stopped: no credit for the case, the next case gets a new one."""
+        import time
+
+        dl = min(self.deadline, time.monotonic() + ROUND_LIMIT_S)
         armed, trace_error = False, ""
         if trace:
             worker.send({"op": "arm"})
-            head, _ = worker.recv(self.deadline)
+            head, _ = worker.recv(dl)
             armed, trace_error = bool(head.get("armed")), str(head.get("error", ""))
         msg = {"op": "round", "fn": fn, "shapes": shapes, "dtype": case.dtype, "seeds": seeds,
                "kwargs": case.kwargs if "name" in fn else {},  # the learner's function's keywords, not the baseline's
@@ -602,7 +610,7 @@ class _Verdict:
                "harness_time": harness_time, "shm": getattr(worker, "shm", None) is not None}
         t0 = self.clock()
         worker.send(msg)
-        head, _ = worker.recv(self.deadline)
+        head, _ = worker.recv(dl)
         t1 = self.clock()
         if not head.get("done"):
             raise _Refused(f"the worker answered out of turn ({str(head)[:100]})")
@@ -612,7 +620,7 @@ class _Verdict:
         if send_outputs:
             from .perfwire import tensor_from_bytes
 
-            desc, blobs = worker.recv(self.deadline)
+            desc, blobs = worker.recv(dl)
             shared = desc.get("shared_tensors")
             tensors = (shared if isinstance(shared, list) and getattr(worker, "shm", None) is not None
                        else desc.get("tensors")) or []
@@ -628,11 +636,11 @@ class _Verdict:
         if send_inputs:
             from .perfwire import tensor_from_bytes
 
-            desc, blobs = worker.recv(self.deadline)
+            desc, blobs = worker.recv(dl)
             inputs = [tensor_from_bytes(d, b) for d, b in zip(desc.get("tensors") or [], blobs, strict=True)]
         kernels = None
         if armed:
-            k, _ = worker.recv(self.deadline)
+            k, _ = worker.recv(dl)
             kernels = k.get("kernels")
             trace_error = trace_error or str(k.get("error", ""))
         fps = head.get("fingerprints")
