@@ -157,8 +157,9 @@ def main(argv: list[str] | None = None) -> int:
     lab2 = REPO / "labs" / "source" / "lab2_tiled_matmul"
     rep: dict = {}
     for step in steps:
-        if step == "time" and left() > 30:
-            out["steps"]["time"] = time_step(a, lab2, left)
+        if step == "time" and left() > 30:  # repeatable: "time,time" measures the pair again on warm caches
+            key = "time" if "time" not in out["steps"] else f"time_{sum(k.startswith('time') for k in out['steps']) + 1}"
+            out["steps"][key] = time_step(a, lab2, left)
         elif step.startswith("repeat:"):
             lab, n = step.removeprefix("repeat:").split("=")
             if left() < 30:
