@@ -421,3 +421,20 @@ def test_a_collective_below_the_dispatcher_is_flagged_for_the_teacher():
     nb = json.loads((LAB4_PERF / "backend_allreduce.nb.json").read_text())
     flags = audit.audit_notebook(nb)
     assert any(f.kind == "introspection" and "_get_backend" in f.what for f in flags), flags
+
+
+def test_a_two_rank_case_on_one_gpu_is_not_graded_rather_than_zero(monkeypatch):
+    """Lab 4 on the course's one-GPU grader: said to be not graded (no score), never scored 0."""
+    import tomllib
+
+    import torch
+
+    from mlsys.course.grading import NOT_GRADED
+    from mlsys.runtime.paths import labs_root
+
+    monkeypatch.delenv("MLSYS_FAKE_TIMER", raising=False)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    cases = tomllib.loads((labs_root() / "source" / "lab4_collectives" / "perf.toml").read_text(encoding="utf-8"))
+    v = trusted.run_job({"cases": cases, "cells": [], "fake": False})["verdicts"]["perf_ring"]
+    assert v["credit"] is None and v["score"] is None and not v["reason"]
+    assert v["lines"][0].startswith(NOT_GRADED) and "needs 2 GPUs" in v["lines"][0]
