@@ -252,12 +252,16 @@ def test_notebook_grade_cells_and_points():
                       "test_bandwidths": 1, "explain_gap": 3, "test_overlap_bounds": 2,
                       "test_data_parallel_step": 3, "perf_ring": 2}
     assert graded["explain_gap"]["cell_type"] == "markdown" and graded["explain_gap"]["metadata"]["nbgrader"]["solution"]
+    # the performance cell times nothing in the notebook: the grader's verdict process measures it (perf.toml)
     perf = _src(graded["perf_ring"])
-    assert "grading.performance_tier(" in perf and "full_at=0.7" in perf and "grading.NOT_GRADED" in perf
-    assert perf.strip().splitlines()[-1].startswith("grading.award(")
-    # the ring is checked on fresh inputs after timing, inside the timed processes
-    ring_share = next(_src(c) for c in _cells() if "def ring_share_of_nccl" in _src(c))
-    assert ring_share.index("fresh = ") > ring_share.index("mine = time_fn")
+    assert perf.strip().splitlines()[-1] == 'grade_performance("lab4_collectives", "perf_ring")'
+    assert "time_fn" not in perf and "grading." not in perf
+    import tomllib
+
+    spec = tomllib.loads((NOTEBOOK.parent / "perf.toml").read_text(encoding="utf-8"))["perf_ring"]
+    assert spec["function"] == "ring_allreduce" and spec["points"] == 2 and spec["world"] == 2
+    assert spec["forbid"] == "collectives" and spec["full_at"] == 0.7 and spec["zero_at"] == 0.2
+    assert spec["args"]["x"] == [256 * 2**20 // 4]  # 256 MiB of float32 per rank
 
 
 def test_notebook_solution_ring_uses_no_collective():

@@ -7,6 +7,8 @@ a reason naming what it did.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 pytest.importorskip("torch")
@@ -289,3 +291,150 @@ def test_a_worker_that_dies_or_garbles_the_wire_earns_nothing():
                   "            os.write(fd, (99).to_bytes(8, 'big') + b'{' * 99)\n        except OSError:\n"
                   "            pass\n    return x + x\n"])
     assert v["credit"] == 0.0 and v["reason"].startswith("refused"), v
+
+
+# ------------------------------------------------------------------ Lab 4: a collective on two ranks
+
+LAB4_PERF = Path(__file__).resolve().parent / "bad_submissions" / "lab4_perf"
+
+
+def _lab4_job(cells: list[str]) -> dict:
+    """The verdicts of Lab 4's perf.toml on ``cells``: a fresh verdict process, two gloo ranks of the
+    learner and two of the baseline, every decision taken for real under the fake timer."""
+    import json
+    import subprocess
+    import sys
+    import tomllib
+
+    from mlsys.runtime.paths import labs_root
+
+    cases = tomllib.loads((labs_root() / "source" / "lab4_collectives" / "perf.toml").read_text(encoding="utf-8"))
+    job = {"cases": cases, "cells": cells, "fake": True, "nonce": "N0NCE", "cell_timeout": 120}
+    proc = subprocess.run([sys.executable, "-P", "-m", "mlsys.course.trusted"], input=json.dumps(job),
+                          capture_output=True, text=True, timeout=900)
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("N0NCE ")), None)
+    assert line is not None, proc.stderr[-3000:]
+    return json.loads(line[len("N0NCE "):])
+
+
+@pytest.mark.slow  # seven gradings, each with four torch processes (about 30 s of CPU each)
+def test_lab4_ring_attacks_earn_no_performance_credit_on_two_gloo_ranks():
+    """tests/bad_submissions/lab4_perf: the library's all-reduce reached through the process group or
+    below the dispatcher, a cache, a rebound ``grading``, patched clocks, a result finished after return."""
+    import json
+
+    from mlsys.course.trusted import answer_cells
+
+    expected = json.loads((LAB4_PERF / "expected.json").read_text())
+    assert {p.name.removesuffix(".nb.json") for p in LAB4_PERF.glob("*.nb.json")} == set(expected)
+    for name, want in expected.items():
+        nb = json.loads((LAB4_PERF / f"{name}.nb.json").read_text())
+        v = _lab4_job(answer_cells(nb))["verdicts"]["perf_ring"]
+        assert v["score"] == want["performance_score"], f"{name}: {v['score']} {v['reason']}"
+        assert want["reason"] in v["reason"], f"{name}: {v['reason']}"
+        if want["performance_score"]:
+            assert "2 rounds" in v["lines"][0] or "3 rounds" in v["lines"][0], v["lines"]
+
+
+@pytest.mark.slow  # the whole instructor notebook's answer cells in two ranks (launches of their own included)
+def test_lab4_instructor_ring_earns_full_performance_credit_on_the_cpu_path():
+    import json
+
+    from mlsys.course.trusted import answer_cells
+    from mlsys.runtime.paths import lab_notebook
+
+    result = _lab4_job(answer_cells(json.loads(lab_notebook("lab4_collectives").read_text(encoding="utf-8"))))
+    v = result["verdicts"]["perf_ring"]
+    assert v["score"] == 2.0 and not v["reason"], (v, result.get("notes"))
+    assert "fake timer" in v["lines"][0]
+
+
+def test_collectives_decision():
+    """Which recorded ops a "collectives" case refuses, and what counts as a point-to-point exchange."""
+    from mlsys.course.trusted import exchanged_point_to_point, forbidden_ops
+
+    ring = ["empty.memory_format", "c10d:send", "c10d:recv_", "add_.Tensor"]
+    assert forbidden_ops("collectives", ring) == [] and exchanged_point_to_point(ring)
+    assert forbidden_ops("collectives", ring + ["c10d:allreduce_.default"]) == ["c10d:allreduce_"]
+    assert forbidden_ops("collectives", ["_c10d_functional:all_reduce"]) == ["_c10d_functional:all_reduce"]
+    assert not exchanged_point_to_point(["add_.Tensor", "c10d:barrier"])  # a barrier moves no data
+    # a Lab 2 or Lab 5 case refuses a dispatched all-reduce too, namespace or not
+    assert forbidden_ops("matmul", ["c10d:allreduce_"]) == ["c10d:allreduce_"]
+    # on a GPU, NCCL's send/receive kernel is the ring's own exchange; its all-reduce kernel is the library's
+    kernels = {"ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)": [4, 900.0],
+               "void at::native::vectorized_elementwise_kernel<add>": [4, 100.0]}
+    assert trusted.kernel_refusal("collectives", kernels, set(), set(), False, 2, 400e-6) == ""
+    kernels["ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"] = [2, 800.0]
+    assert "vendor library kernels" in trusted.kernel_refusal("collectives", kernels, set(), set(), False, 2, 400e-6)
+
+
+def test_link_floor_uses_the_datasheet_link_per_direction():
+    """An H200's NVLink: 900 GB/s both ways, 450 GB/s per direction (NVIDIA's datasheet); the GPU's
+    name as CUDA gives it is looked up word by word."""
+    import types
+
+    from mlsys.course.trusted import _link_bandwidth
+
+    def gpu(name: str) -> types.SimpleNamespace:
+        return types.SimpleNamespace(cuda=types.SimpleNamespace(get_device_name=lambda: name))
+    assert _link_bandwidth(gpu("NVIDIA H200"))[1] == pytest.approx(450e9)
+    assert _link_bandwidth(gpu("NVIDIA H100 80GB HBM3"))[1] == pytest.approx(450e9)
+    assert _link_bandwidth(gpu("Some Unknown GPU")) is None
+
+
+def test_outputs_cross_through_a_sealed_shared_region():
+    """A round's outputs are copied once into a memfd the verdict made (sealed: the worker can neither
+    shrink nor grow it), read back as the verdict's own copy, and a descriptor pointing outside is refused."""
+    import os
+
+    import torch
+
+    from mlsys.course import perfwire
+    from mlsys.course.trusted import _shared_region
+
+    region = _shared_region()
+    assert region is not None, "memfd_create with seals is available on Linux"
+    fd, mm = region
+    with pytest.raises(OSError):
+        os.ftruncate(fd, 4096)  # F_SEAL_SHRINK
+    outs = [torch.arange(10, dtype=torch.float16).reshape(2, 5), torch.tensor([1.5, -2.0], dtype=torch.float64)]
+    descs = perfwire.tensors_to_shared(outs, mm)
+    assert [d["offset"] for d in descs] == [0, 64]  # 20 bytes, then the next 64-byte boundary
+    back = [perfwire.tensor_from_shared(d, mm, "cpu") for d in descs]
+    assert all(torch.equal(a, b) and type(b) is torch.Tensor for a, b in zip(outs, back, strict=True))
+    mm[0:4] = b"\xff\xff\xff\xff"  # the worker writes again: the copy already read does not change
+    assert back[0][0, 0] == 0 and back[0][0, 1] == 1
+    with pytest.raises(perfwire.WireError):
+        perfwire.tensor_from_shared(dict(descs[0], offset=len(mm) - 4), mm, "cpu")
+    with pytest.raises(perfwire.WireError):
+        perfwire.tensor_from_shared(dict(descs[0], shape=[3, 5]), mm, "cpu")
+    mm.close()
+    os.close(fd)
+
+
+def test_a_collective_below_the_dispatcher_is_flagged_for_the_teacher():
+    """What a CPU grading cannot refuse outright (a backend-level all-reduce with a token send) the audit names."""
+    import json
+
+    from mlsys.course import audit
+
+    nb = json.loads((LAB4_PERF / "backend_allreduce.nb.json").read_text())
+    flags = audit.audit_notebook(nb)
+    assert any(f.kind == "introspection" and "_get_backend" in f.what for f in flags), flags
+
+
+def test_a_two_rank_case_on_one_gpu_is_not_graded_rather_than_zero(monkeypatch):
+    """Lab 4 on the course's one-GPU grader: said to be not graded (no score), never scored 0."""
+    import tomllib
+
+    import torch
+
+    from mlsys.course.grading import NOT_GRADED
+    from mlsys.runtime.paths import labs_root
+
+    monkeypatch.delenv("MLSYS_FAKE_TIMER", raising=False)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    cases = tomllib.loads((labs_root() / "source" / "lab4_collectives" / "perf.toml").read_text(encoding="utf-8"))
+    v = trusted.run_job({"cases": cases, "cells": [], "fake": False})["verdicts"]["perf_ring"]
+    assert v["credit"] is None and v["score"] is None and not v["reason"]
+    assert v["lines"][0].startswith(NOT_GRADED) and "needs 2 GPUs" in v["lines"][0]

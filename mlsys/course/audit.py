@@ -91,6 +91,7 @@ _SUSPECT_ATTRS = {
     "input_transformers_cleanup": "introspection", "ast_transformers": "introspection", "events": None,
     "register_magic_function": "introspection", "display_formatter": "introspection", "excepthook": "patching",
     "showtraceback": "patching", "run_cell": "patching", "user_ns": "introspection", "InteractiveShell": "introspection",
+    "_get_backend": "introspection",  # a process group's backend object: collectives the dispatcher never sees
 }
 _IMITATION_DUNDERS = {
     "__module__", "__class__", "__qualname__", "__torch_function__", "__torch_dispatch__", "__array__",

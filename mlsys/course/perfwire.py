@@ -17,7 +17,8 @@ import os
 import struct
 from typing import Any
 
-__all__ = ["WireError", "send", "recv", "tensor_bytes", "tensor_from_bytes", "DTYPES", "MAX_HEADER", "MAX_TENSOR"]
+__all__ = ["WireError", "send", "recv", "tensor_bytes", "tensor_from_bytes", "tensors_to_shared", "tensor_from_shared",
+           "DTYPES", "MAX_HEADER", "MAX_TENSOR"]
 
 MAX_HEADER = 16 << 20
 """Largest JSON header accepted (bytes)."""
@@ -118,3 +119,49 @@ def tensor_from_bytes(desc: dict[str, Any], raw: bytes | bytearray) -> Any:
     buf = raw if isinstance(raw, bytearray) else bytearray(raw)  # our own copy: the tensor may keep it
     flat = torch.frombuffer(buf, dtype=torch.uint8) if buf else torch.empty(0, dtype=torch.uint8)
     return flat.view(dtype).reshape(shape)
+
+
+def tensors_to_shared(tensors: list[Any], mm: Any) -> list[dict[str, Any]] | None:
+    """Copy each tensor's bytes (C order) into the shared mapping ``mm``, one after another at 64-byte
+    boundaries; their descriptors (with ``offset``), or None when they do not fit (then use the pipe).
+
+    One copy (device to the shared pages) instead of three (device to host, into the pipe, out of it)."""
+    import torch
+
+    descs, off = [], 0
+    flat = [t.detach().contiguous() for t in tensors]
+    total = sum(-(-t.numel() * t.element_size() // 64) * 64 for t in flat)
+    if total > len(mm):
+        return None
+    for t in flat:
+        n = t.numel() * t.element_size()
+        if n:
+            dst = torch.frombuffer(mm, dtype=torch.uint8, count=n, offset=off)
+            dst.copy_(t.reshape(-1).view(torch.uint8))
+        descs.append({"dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape), "nbytes": n, "offset": off})
+        off += -(-n // 64) * 64
+    return descs
+
+
+def tensor_from_shared(desc: dict[str, Any], mm: Any, device: str) -> Any:
+    """A tensor of the verdict's own (a copy on ``device``) from a descriptor of :func:`tensors_to_shared`;
+    a malformed descriptor, or one pointing outside the mapping, raises WireError."""
+    import math
+
+    import torch
+
+    name, shape, off, n = desc.get("dtype"), desc.get("shape"), desc.get("offset"), desc.get("nbytes")
+    if name not in DTYPES:
+        raise WireError(f"dtype {name!r} is not one of {DTYPES}")
+    if not isinstance(shape, list) or not all(type(k) is int and k >= 0 for k in shape):
+        raise WireError(f"shape must be a list of non-negative ints, got {shape!r}")
+    if type(off) is not int or type(n) is not int or off < 0 or n < 0 or off + n > len(mm):
+        raise WireError(f"{n!r} bytes at offset {off!r} do not lie in the {len(mm)}-byte shared region")
+    dtype = getattr(torch, name)
+    if math.prod(shape) * torch.empty(0, dtype=dtype).element_size() != n:
+        raise WireError(f"{n} bytes do not hold a {name} tensor of shape {shape}")
+    if not n:
+        return torch.empty(shape, dtype=dtype, device=device)
+    view = torch.frombuffer(mm, dtype=torch.uint8, count=n, offset=off)
+    # copied out before anything reads it: the worker can write to the region at any time
+    return view.to(device, copy=True).view(dtype).reshape(shape)

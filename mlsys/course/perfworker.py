@@ -27,11 +27,12 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from typing import Any
 
 from . import perfwire
 
-__all__ = ["make_inputs", "run_calls", "exec_cells", "main"]
+__all__ = ["make_inputs", "run_calls", "fingerprint", "exec_cells", "join_group", "op_name", "C10D_NAMESPACES", "main"]
 
 
 def make_inputs(torch: Any, shapes: list[list[int]], dtype: Any, seed: int, device: str) -> tuple:
@@ -71,7 +72,7 @@ def run_calls(torch: Any, fn: Any, shapes: list[list[int]], dtype: Any, seeds: l
               kwargs: dict[str, Any], record: Any = None, harness_time: list[float] | None = None
               ) -> tuple[list[Any], list[float], list[tuple]]:
     """One round: for each seed, fresh inputs (new storage, new values), one call, an exact-type check
-    and a float64 fingerprint (the output's sum) taken on the device; then the whole device is idle.
+    and a float64 fingerprint (:func:`fingerprint`) taken on the device; then the whole device is idle.
     Every call's inputs stay alive to the end of the round, so no two calls share an address.
 
     Returns (outputs, fingerprints, inputs). Raises TypeError for a result that is not exactly ``torch.Tensor``.
@@ -96,13 +97,24 @@ def run_calls(torch: Any, fn: Any, shapes: list[list[int]], dtype: Any, seeds: l
                             "expected exactly a torch.Tensor")
         outs.append(out)
         m2 = mark()
-        prints.append(torch.sum(out.detach(), dtype=torch.float64))
+        prints.append(fingerprint(torch, out))
         marks.append((m0, m1, m2, mark()))
     if device == "cuda":
         torch.cuda.synchronize()  # every stream of this process, until the device is idle
     if timed:  # the GPU time of input generation and fingerprints alone (the grader's own work)
         harness_time.append(sum(a.elapsed_time(b) + c.elapsed_time(d) for a, b, c, d in marks) * 1e-3)
-    return outs, [float(p) for p in prints], inputs
+    return outs, [[float(x) for x in p.tolist()] for p in prints], inputs
+
+
+def fingerprint(torch: Any, out: Any) -> Any:
+    """(sum, 2-norm) of ``out`` in float64, on its device, as one 2-element tensor.
+
+    The sum alone can be known without the output (a softmax's rows each sum to 1; the sum of ``a @ b``
+    is ``a``'s column sums dotted with ``b``'s row sums, O(n^2) work); the 2-norm cannot be had for
+    less than computing the output (``||a @ b||`` needs ``a^T a``, itself a matmul), so a worker that
+    claims "done" before its outputs exist cannot give this pair."""
+    o = out.detach()
+    return torch.stack((torch.sum(o, dtype=torch.float64), torch.linalg.vector_norm(o, 2, dtype=torch.float64)))
 
 
 _LAUNCHES: list[set[str] | None] = [None]
@@ -124,6 +136,17 @@ def _count_triton_launches() -> None:
     interpreter.GridExecutor.__call__ = call
 
 
+C10D_NAMESPACES = ("c10d", "_c10d_functional", "c10d_functional", "_dtensor")
+"""Operator namespaces of torch.distributed: their ops are recorded as ``namespace:name``."""
+
+
+def op_name(schema_name: str) -> str:
+    """``aten::mm`` -> ``mm``; ``c10d::allreduce_`` -> ``c10d:allreduce_`` (a collective keeps its namespace,
+    so a dispatched all-reduce is never mistaken for, or hidden behind, an aten op of the same name)."""
+    ns, _, name = schema_name.rpartition("::")
+    return f"{ns}:{name}" if ns in C10D_NAMESPACES else name
+
+
 def _recorder(torch: Any, seen: set[str]) -> Any:
     """Call ``fn`` while recording every aten op it dispatches (torch.compile disabled) and every
     Triton launch under the interpreter."""
@@ -131,21 +154,31 @@ def _recorder(torch: Any, seen: set[str]) -> Any:
 
     class Recorder(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
-            seen.add(func._schema.name.split("::")[-1])
+            seen.add(op_name(func._schema.name))
             return func(*args, **(kwargs or {}))
 
     def record(fn: Any, args: tuple, kwargs: dict[str, Any]) -> Any:
-        import torch._dynamo.config as dynamo_config
-
-        old = dynamo_config.disable
-        dynamo_config.disable = True
+        # torch.compile off, so compiled code shows its ops. Importing dynamo costs seconds: where nothing
+        # imported it yet, the environment switch makes it start disabled if the call imports it.
+        loaded = sys.modules.get("torch._dynamo.config")
+        old = loaded.disable if loaded is not None else None
+        old_env = os.environ.get("TORCHDYNAMO_DISABLE")
+        if loaded is not None:
+            loaded.disable = True
+        os.environ["TORCHDYNAMO_DISABLE"] = "1"
         _LAUNCHES[0] = seen
         try:
             with Recorder():
                 return fn(*args, **kwargs)
         finally:
             _LAUNCHES[0] = None
-            dynamo_config.disable = old
+            if old_env is None:
+                os.environ.pop("TORCHDYNAMO_DISABLE", None)
+            else:
+                os.environ["TORCHDYNAMO_DISABLE"] = old_env
+            now = sys.modules.get("torch._dynamo.config")
+            if now is not None:
+                now.disable = bool(old) if loaded is not None else old_env == "1"
     return record
 
 
@@ -189,6 +222,28 @@ def exec_cells(cells: list[str], namespace: dict[str, Any], cell_timeout: float 
     return notes
 
 
+def join_group(torch: Any, spec: dict[str, Any], device: str) -> None:
+    """Join this worker's process group: ``{"rank", "world", "port"}`` (gloo on a CPU, NCCL on GPU ``rank``).
+
+    Called after the answer cells ran, so a group they made is replaced by the grader's."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    rank, world = int(spec["rank"]), int(spec["world"])
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # sandboxes often cannot resolve their hostname
+    for key, value in {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}.items():
+        os.environ.setdefault(key, value)
+    kw: dict[str, Any] = {}
+    if device == "cuda":
+        torch.cuda.set_device(rank)
+        kw["device_id"] = torch.device("cuda", rank)
+    dist.init_process_group("nccl" if device == "cuda" else "gloo", init_method=f"tcp://127.0.0.1:{int(spec['port'])}",
+                            rank=rank, world_size=world, timeout=timedelta(seconds=float(spec.get("timeout", 120))), **kw)
+
+
 def _kernel_summary(prof: Any) -> dict[str, list[float]]:
     """{kernel name: [count, total device microseconds]} of the GPU activity in a finished trace."""
     out: dict[str, list[float]] = {}
@@ -215,6 +270,13 @@ def main(role: str) -> int:
     null = os.open(os.devnull, os.O_RDWR)
     os.dup2(null, 0)
     os.dup2(null, 1)  # prints from answer cells go nowhere, not into the wire
+    shm = None  # the region the verdict process shares for outputs (--shm FD:BYTES), if any
+    for arg in sys.argv:
+        if arg.startswith("--shm="):
+            import mmap
+
+            fd, size = (int(x) for x in arg.removeprefix("--shm=").split(":"))
+            shm = mmap.mmap(fd, size)
     if role == "baseline":
         _non_dumpable()  # the learner worker (same uid) cannot reach into the baseline's process
     if "--fake" in sys.argv:
@@ -236,8 +298,14 @@ def main(role: str) -> int:
             os._exit(0)
         if op == "setup":
             device = "cuda" if torch.cuda.is_available() and not msg.get("fake") else "cpu"
+            t0 = time.monotonic()
             notes = exec_cells(list(msg.get("cells", [])), namespace, float(msg.get("cell_timeout") or 600))
-            perfwire.send(wfd, {"device": device, "notes": notes})
+            if msg.get("dist"):
+                try:
+                    join_group(torch, msg["dist"], device)
+                except Exception as exc:  # reported: the verdict refuses the case with it
+                    notes.append(f"could not join the process group: {type(exc).__name__}: {str(exc)[:200]}")
+            perfwire.send(wfd, {"device": device, "notes": notes, "cells_s": time.monotonic() - t0})
         elif op == "arm":
             armed = False
             if device == "cuda":
@@ -273,8 +341,12 @@ def main(role: str) -> int:
             head["ops"] = sorted(seen)
             perfwire.send(wfd, head)
             if msg.get("send_outputs") and not head["error"]:
-                descs, blobs = zip(*(perfwire.tensor_bytes(o) for o in outs), strict=True) if outs else ((), ())
-                perfwire.send(wfd, {"tensors": list(descs)}, list(blobs))
+                shared = perfwire.tensors_to_shared(outs, shm) if shm is not None and msg.get("shm") else None
+                if shared is not None:
+                    perfwire.send(wfd, {"shared_tensors": shared})
+                else:
+                    descs, blobs = zip(*(perfwire.tensor_bytes(o) for o in outs), strict=True) if outs else ((), ())
+                    perfwire.send(wfd, {"tensors": list(descs)}, list(blobs))
             if msg.get("send_inputs") and not head["error"]:
                 flat = [t for args in inputs for t in args]
                 descs, blobs = zip(*(perfwire.tensor_bytes(t) for t in flat), strict=True) if flat else ((), ())
