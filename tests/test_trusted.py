@@ -438,3 +438,19 @@ def test_a_two_rank_case_on_one_gpu_is_not_graded_rather_than_zero(monkeypatch):
     v = trusted.run_job({"cases": cases, "cells": [], "fake": False})["verdicts"]["perf_ring"]
     assert v["credit"] is None and v["score"] is None and not v["reason"]
     assert v["lines"][0].startswith(NOT_GRADED) and "needs 2 GPUs" in v["lines"][0]
+
+
+@pytest.mark.parametrize("traced_us, measured_us, refused", [
+    (5.0, 200.0, True),     # a quarter of (200 - 50) is 37.5 us: 5 us of traced kernels leaves work unseen
+    (40.0, 150.0, False),   # a quarter of (150 - 50) is 25 us: 40 us covers it
+    (33.0, 100.0, False),   # Lab 3's element-wise kernel on an H200 (33 us) in its fastest round
+    (33.0, 191.0, True),    # the same kernel in a round slowed by noise: why the verdict decides on the fastest
+])
+def test_trace_coverage_is_a_quarter_of_the_measured_time_beyond_the_slack(traced_us, measured_us, refused):
+    got = trusted.coverage_refusal(traced_us * 1e-6, measured_us * 1e-6)
+    assert ("accounts for" in got) if refused else got == "", got
+
+
+def test_traced_time_per_call_leaves_out_the_harness():
+    kernels = {"philox_harness": [40, 800.0], "add_kernel": [20, 400.0]}
+    assert trusted.traced_per_call(kernels, {"philox_harness"}, 20) == pytest.approx(20e-6)  # 400 us / 20 calls

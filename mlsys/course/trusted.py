@@ -69,6 +69,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import statistics
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -76,7 +77,7 @@ from typing import Any
 
 __all__ = ["PerfCase", "answer_cells", "load_spec", "find_spec", "grade_case", "grade_performance", "run_job", "main",
            "FORBID_MATMUL", "FORBID_MATMUL_PREFIXES", "ALLOWED_FOR_COMPUTE", "FAKE_SECONDS", "VENDOR_KERNEL_MARKS",
-           "forbidden_ops", "exchanged_point_to_point", "POINT_TO_POINT", "kernel_refusal", "triton_kernel_names", "roofline_floor", "credit_of", "spread",
+           "forbidden_ops", "exchanged_point_to_point", "POINT_TO_POINT", "kernel_refusal", "traced_per_call", "coverage_refusal", "triton_kernel_names", "roofline_floor", "credit_of", "spread",
            "sure_of_full_credit", "FULL_CREDIT_MARGIN"]
 
 FAKE_SECONDS = 1e-3
@@ -301,9 +302,22 @@ def kernel_refusal(forbid: str, kernels: dict[str, list[float]], harness: set[st
     if not own or (require_triton and not mine):
         return ("no kernel of yours ran in the timed calls (the trace holds "
                 f"{', '.join(sorted(own)[:3]) or 'nothing but the grader'})")
-    traced = sum(c[1] for c in own.values()) * 1e-6 / max(calls, 1)
-    if traced < 0.25 * (measured_s - TRACE_SLACK_S):
-        return (f"the kernel trace accounts for {traced * 1e6:.3g} us of the {measured_s * 1e6:.3g} us measured per call: "
+    return coverage_refusal(traced_per_call(kernels, harness, calls), measured_s)
+
+
+def traced_per_call(kernels: dict[str, list[float]], harness: set[str], calls: int) -> float:
+    """Seconds of device time per call that a round's trace saw in kernels other than the harness's."""
+    return sum(c[1] for n, c in kernels.items() if n not in harness) * 1e-6 / max(calls, 1)
+
+
+def coverage_refusal(traced_s: float, measured_s: float) -> str:
+    """Refused when the traced kernels account for under a quarter of the measured time per call beyond
+    :data:`TRACE_SLACK_S` (work ran that the trace did not see). Decide it on the fastest round: hidden
+    work costs time in every round, while noise (another process on the GPU, the host) only ever adds it,
+    so one slow round must not refuse honest work (on an H200, 5 of 10 gradings of Lab 3's instructor
+    element-wise kernel, 33 us on the device, were refused on a round measured at 190-250 us per call)."""
+    if traced_s < 0.25 * (measured_s - TRACE_SLACK_S):
+        return (f"the kernel trace accounts for {traced_s * 1e6:.3g} us of the {measured_s * 1e6:.3g} us measured per call: "
                 "work ran that the trace did not see")
     return ""
 
@@ -888,6 +902,7 @@ def grade_case(v: _Verdict, base_worker: Any, learner: Any, prep: _Prepared, tri
         v.check_outputs(case, prep.ref_fn, prep.fresh_shapes, seeds, w, f"{case.function} on fresh shapes")
         ev["checked_calls_wall_s"] = round(time.monotonic() - t_case, 3)
         mine: list[float] = []
+        traced: list[float] = []  # per round: device seconds per call the trace saw
         kernels_seen: dict[str, list[float]] = {}
         rounds = case.rounds
         r = 0
@@ -907,7 +922,6 @@ def grade_case(v: _Verdict, base_worker: Any, learner: Any, prep: _Prepared, tri
             walls.append([round(t1 - t0, 3), round(t2 - t1, 3), round(time.monotonic() - t2, 3)])
             mine.append(w.seconds)
             over = 0.0 if v.fake else min(prep.over)
-            per_call = (w.seconds - over) / k
             ev["trace"] = "taken" if v.trace and prep.trace_ok else "unavailable on this machine"
             if v.trace and prep.trace_ok:
                 if w.kernels is None:
@@ -917,9 +931,10 @@ def grade_case(v: _Verdict, base_worker: Any, learner: Any, prep: _Prepared, tri
                     c[0] += n
                     c[1] += us
                 why = kernel_refusal(case.forbid, w.kernels, prep.harness, triton_names, case.kernels == "triton",
-                                     k, per_call)
+                                     k, 0.0)  # what ran, round by round; how much of the time it covers: below
                 if why:
                     raise _Refused(why)
+                traced.append(traced_per_call(w.kernels, prep.harness, k))
             r += 1
             b_s = (min(prep.base) - over) / k
             if r == rounds and remeasure and rounds == case.rounds:
@@ -935,6 +950,10 @@ def grade_case(v: _Verdict, base_worker: Any, learner: Any, prep: _Prepared, tri
         ev.update(rounds_wall_s=walls, case_wall_s=round(time.monotonic() - t_case, 3), learner_rounds_s=mine, baseline_rounds_s=prep.base, overhead_rounds_s=prep.over,
                   learner_spread=spread(mine), baseline_spread=spread(prep.base), remeasured=rounds > case.rounds,
                   kernels={n[:200]: c for n, c in sorted(kernels_seen.items(), key=lambda x: -x[1][1])[:8]})
+        if traced:
+            why = coverage_refusal(statistics.median(traced), mine_s)
+            if why:
+                raise _Refused(why)
         if not (mine_s > 0 and math.isfinite(mine_s)):
             raise _Refused(f"the measured time per call ({mine_s!r} s after the grader's own overhead) is not positive")
         floor_line = ""
