@@ -45,7 +45,7 @@ from ..runtime.processes import kill_tree
 from . import sandbox
 from .cellrunner import error_output
 from .grading import NOT_GRADED
-from .testcells import course_imports, grader_cells
+from .testcells import answer_names, course_imports, grader_cells
 from .trusted import answer_cells
 
 __all__ = ["SandboxedExecute", "run_in_sandbox", "answer_cells"]
@@ -203,6 +203,7 @@ class SandboxedExecute(Execute):
             job_grader = {"grader_cells": sorted(i for i, c in enumerate(nb.cells) if _is_test(c) and i not in perf_idx),
                           "course_imports": course_imports(source_nb.get("cells", [])),
                           "course_cells": grader_cells(source_nb.get("cells", [])),
+                          "answer_names": sorted(answer_names(source_nb.get("cells", []))),
                           "test_order": [str(_nbg(c).get("grade_id")) for c in source_nb.get("cells", []) if _is_test(c)]}
         else:
             job_grader = {}

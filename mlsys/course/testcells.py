@@ -35,7 +35,7 @@ from typing import Any
 from . import proxy
 
 __all__ = ["Rpc", "GraderNamespace", "course_imports", "answer_definitions", "run_test_cell", "grader_cells",
-           "grader_only_names"]
+           "grader_only_names", "answer_names"]
 
 _MAGIC = re.compile(r"^\s*(%%?|!).*$", re.M)
 
@@ -191,10 +191,14 @@ class GraderNamespace(dict):
     """A test cell's globals: its own names, builtins, the course's names, then the learner's values.
 
     ``grader_only`` names (what the course's grader-side cells define) are never fetched from the learner,
-    even where the course cell that defines them failed."""
+    even where the course cell that defines them failed; ``learner_names`` (what the instructor's answer
+    cells define) always are, even where a course import has the same name."""
 
-    def __init__(self, course: dict[str, Any], rpc: Rpc, grader_only: frozenset[str] = frozenset()) -> None:
+    def __init__(self, course: dict[str, Any], rpc: Rpc, grader_only: frozenset[str] = frozenset(),
+                 learner_names: frozenset[str] = frozenset()) -> None:
         super().__init__(course)
+        for name in learner_names:  # what the answers define (Lab 5's `attention`) shadows a course import of that name
+            self.pop(name, None)
         self.rpc = rpc
         self.grader_only = grader_only
         self.fetched: dict[str, Any] = {}
@@ -259,12 +263,12 @@ def _error(exc: BaseException) -> dict[str, Any]:
 
 
 def run_test_cell(source: str, course: dict[str, Any], rpc: Rpc, *, grader_only: frozenset[str] = frozenset(),
-                  filename: str = "<test cell>") -> list[dict[str, Any]]:
+                  learner_names: frozenset[str] = frozenset(), filename: str = "<test cell>") -> list[dict[str, Any]]:
     """Execute one test cell here and return its nbformat outputs (see the module doc).
 
     What the cell defines is kept in ``course`` for the cells after it, as in a notebook (a reference
     defined by one test cell and used by the next); what it fetched from the learner is not."""
-    ns = GraderNamespace(course, rpc, grader_only)
+    ns = GraderNamespace(course, rpc, grader_only - learner_names, learner_names)
     out, err = io.StringIO(), io.StringIO()
     outputs: list[dict[str, Any]] = []
     value: Any = None
@@ -314,6 +318,24 @@ def grader_cells(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
         elif (meta.get("mlsys", {}) or {}).get("grader") and not nbg.get("solution"):
             pending.append(_MAGIC.sub("", src))
     return out + [{"source": p, "before": None} for p in pending]
+
+
+def answer_names(cells: list[dict[str, Any]]) -> frozenset[str]:
+    """What the answer cells of an instructor notebook define at top level (functions, classes, assigned
+    names; not imports): a test cell takes these from the learner, whatever the course imports."""
+    names: set[str] = set()
+    for cell in cells:
+        meta = (cell.get("metadata", {}) or {}).get("nbgrader", {}) or {}
+        if cell.get("cell_type") != "code" or not meta.get("solution"):
+            continue
+        src = cell.get("source", "")
+        tree = _parse("".join(src) if isinstance(src, list) else str(src))
+        for node in tree.body if tree is not None else []:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(node.name)
+            elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+                names |= _bound_names(node, params=False)
+    return frozenset(names)
 
 
 def grader_only_names(sources: list[str]) -> frozenset[str]:
