@@ -40,6 +40,7 @@ Every check raises :class:`mlsys.course.grading.GradingError` with a message tha
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 from collections.abc import Callable, Sequence
@@ -126,6 +127,19 @@ class Guarded:
         return start, start + self.buffer.numel() * self.buffer.element_size()
 
 
+@contextlib.contextmanager
+def _harness() -> Any:
+    """The checks' own torch work inside a learner's call: not recorded as the learner's operations
+    (:data:`mlsys.course.worker.HARNESS`)."""
+    from . import worker
+
+    worker.HARNESS[0] += 1
+    try:
+        yield
+    finally:
+        worker.HARNESS[0] -= 1
+
+
 def _alloc(name: str, shape: Sequence[int], dtype: Any, device: Any, *, sentinel: float, role: str,
            row_gap: int = 0, pad: int | None = None) -> Guarded:
     torch = _torch()
@@ -194,12 +208,13 @@ class _CaptureOutputs:
         label = self.names[len(self.captured)] if len(self.captured) < len(self.names) else \
             f"tensor #{len(self.captured) + 1} your code allocated"
         # inside __torch_function__ the mode is switched off: these calls are not intercepted again
-        g = _alloc(label, out.shape, out.dtype, out.device, sentinel=MAGIC, role="output")
-        if factory.startswith("empty"):
-            g.original = None  # an element still MAGIC afterwards was never written
-        else:
-            g.view.copy_(out)
-            g.original = out.clone()
+        with _harness():
+            g = _alloc(label, out.shape, out.dtype, out.device, sentinel=MAGIC, role="output")
+            if factory.startswith("empty"):
+                g.original = None  # an element still MAGIC afterwards was never written
+            else:
+                g.view.copy_(out)
+                g.original = out.clone()
         self.captured.append(g)
         return g.view
 
@@ -259,8 +274,9 @@ class Tracker:
 
         self.load_instructions += 1
         if not hasattr(self, "_layout"):  # address range, element size and in-view mask of each guard, once
-            self._layout = [(g, *g.address_range(), g.buffer.element_size(), g.inside().cpu().numpy())
-                            for g in self.guards]
+            with _harness():
+                self._layout = [(g, *g.address_range(), g.buffer.element_size(), g.inside().cpu().numpy())
+                                for g in self.guards]
         for g, lo, hi, size, inside in self._layout:
             hit = addrs[(addrs >= lo) & (addrs < hi)]
             if not hit.size:

@@ -21,6 +21,9 @@ from typing import Any
 from .proxy import RPC_MIME, Rejected, decode, encode
 
 HANDLES: dict[int, Any] = {}
+HARNESS = [0]
+"""Above 0 while the course's checks do their own torch work inside a learner's call (allocating guard buffers
+for what it allocates, mapping the addresses its loads touch): those operations are not the learner's."""
 
 
 def _handle(x: Any) -> dict[str, Any]:
@@ -49,7 +52,8 @@ def _recorder() -> Any:
             self.ops: set[str] = set()
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
-            self.ops.add(str(getattr(func, "_schema", func).name) if hasattr(func, "_schema") else str(func))
+            if not HARNESS[0]:  # not the course's own guard-buffer work inside the learner's call
+                self.ops.add(str(getattr(func, "_schema", func).name) if hasattr(func, "_schema") else str(func))
             return func(*args, **(kwargs or {}))
 
     return Record()
