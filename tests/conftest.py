@@ -65,7 +65,8 @@ def lab5_kernels() -> dict:
 # the untouched release and the lab's bad-submission corpus (tests/bad_submissions/<short>/*.nb.json)
 # go through nbgrader and the sandbox once per session, not once per test (CI time).
 
-CORPORA = {"lab4_collectives": "lab4", "lab5_attention": "lab5"}
+CORPORA = {"lab1_roofline": "lab1", "lab2_tiled_matmul": "lab2", "lab3_fusion": "lab3", "lab4_collectives": "lab4",
+           "lab5_attention": "lab5"}
 
 
 @pytest.fixture(scope="session")

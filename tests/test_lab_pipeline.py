@@ -184,6 +184,20 @@ def test_committed_releases_are_what_make_release_generates():
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("lab,short", [("lab1_roofline", "lab1"), ("lab2_tiled_matmul", "lab2"), ("lab3_fusion", "lab3")])
+def test_attacks_on_grader_side_test_cells_earn_nothing(lab, short, graded_lab):
+    """tests/bad_submissions/<short>/ (make_grader_side.py): a blank release plus an input transformer, hooks, rebound
+    globals, patched course helpers or a result that claims to be a tensor; each row as expected.json says (0)."""
+    _sandbox_or_skip()
+    expected = json.loads((Path(__file__).resolve().parent / "bad_submissions" / short / "expected.json").read_text())
+    _, rows = graded_lab(lab)  # graded with the instructor and untouched rows, once per session
+    for student, want in expected.items():
+        row = rows[student]
+        for key, value in want.items():
+            assert getattr(row, key) == value, f"{student}.{key}: expected {value!r}, got {getattr(row, key)!r} ({row})"
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("lab", LAB_NAMES)
 def test_instructor_version_gets_full_marks_and_untouched_release_zero(lab, graded_lab):
     _sandbox_or_skip()

@@ -292,3 +292,30 @@ def test_a_course_under_tmp_or_home_stays_visible(tmp_path, monkeypatch, site):
     tmpfs = [i for i, a in enumerate(cmd) if a == "--tmpfs" and cmd[i + 1] in ("/tmp", "/home")]
     bind = next(i for i, a in enumerate(cmd) if a == "--ro-bind" and cmd[i + 1] == venv)
     assert len(tmpfs) == 2 and max(tmpfs) < bind, cmd
+
+
+def test_where_no_cgroup_can_be_made_the_note_says_so_and_per_process_caps_still_hold(tmp_path, site, monkeypatch,
+                                                                                      capsys):
+    """The branch a machine without systemd or a writable cgroup file system takes: a clear note, once, and the
+    sandbox still starts with its per-process caps (address space, tasks above the user's count), which hold."""
+    monkeypatch.setattr(sandbox, "SYSTEMD_DIR", tmp_path / "no-systemd")
+    monkeypatch.setattr(sandbox, "CGROUP_FS", tmp_path / "no-cgroup-fs")
+    monkeypatch.setattr(sandbox, "_CGROUP_NOTE", [])
+    limits = sandbox.Limits(memory_bytes=2 * 2**30, processes=40)
+    assert sandbox.Cgroup.create(limits) is None
+    note = sandbox.cgroup_note()
+    assert note.startswith("no cgroup per sandbox here") and "no cgroup file system" in note, note
+    assert "capped per process only" in note and "not per sandbox" in note, note
+    assert capsys.readouterr().err.count("NOTE: " + note) == 1
+    assert sandbox.Cgroup.create(limits) is None and "NOTE" not in capsys.readouterr().err  # said once per process
+    scratch = tmp_path / "s"
+    scratch.mkdir()
+    sandbox.own_scratch(scratch)
+    code = ("import sys\ntry:\n    big = bytearray(3 * 2**30)\n    print('allocated')\nexcept MemoryError:\n"
+            "    print('refused')\nsmall = bytearray(100 * 2**20)\nprint('small ok')\n")
+    argv = sandbox.command([sys.executable, "-c", code], scratch, site, limits=limits, cgroup=None)
+    assert f"--as={2 * 2**30}" in argv and any(a.startswith("--nproc=") for a in argv), argv
+    _bwrap_or_skip()
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["refused", "small", "ok"], proc.stdout  # 3 GiB over a 2 GiB cap; 100 MiB under it

@@ -176,3 +176,146 @@ def test_a_blob_that_is_a_link_is_refused(tmp_path):
     assert not link.exists()
     assert isinstance(proxy.decode({"t": "ndarray", "dtype": "|O", "shape": [1], "blob": "x.bin"}, lambda d: d),
                       proxy.Rejected)
+
+
+# ------------------------------------------------------------------------------------------------
+# Labs 2, 3 and 5: the checks' worker-side halves (guarded calls, probes, call counts) through the channel
+
+
+def _learner(source: str) -> dict:
+    ns: dict = {"__name__": "__main__"}
+    exec(compile(source, "<answer>", "exec"), ns)  # noqa: S102 - the test's own learner code
+    return ns
+
+
+GOOD_ADD = ("import torch\n\ndef add(x, y):\n    out = torch.empty_like(x)\n    out.copy_(x + y)\n"
+            "    return out\n")
+
+
+def test_a_guarded_check_runs_in_the_worker_and_the_grader_decides():
+    """check_kernel on a learner function: the guard buffers live where the function runs; the report crosses as
+    plain data and the grader compares the result with its own expectation (x + y worked out here)."""
+    from mlsys.course import checks
+
+    rpc = LocalRpc(_learner(GOOD_ADD))
+    add = rpc.get("add")
+    x, y = torch.tensor([1.0, 2.0, 3.0]), torch.tensor([10.0, 20.0, 30.0])
+    out = checks.check_kernel(add, (x, y), torch.tensor([11.0, 22.0, 33.0]), names=("x", "y"), isolate=False)
+    assert type(out) is torch.Tensor and out.tolist() == [11.0, 22.0, 33.0]
+    # recorded around the learner's call only (not the guard buffers the checks allocate for its empty_like, nor
+    # their comparisons), in this process and, on a CPU, in the child process the guarded call runs in
+    assert add.ops == {"aten::empty_like", "aten::add", "aten::copy_"}
+    in_child = rpc.get("add")
+    checks.check_kernel(in_child, (x, y), torch.tensor([11.0, 22.0, 33.0]), names=("x", "y"), isolate=True)
+    assert in_child.ops == {"aten::empty_like", "aten::add", "aten::copy_"}
+    with pytest.raises(grading.GradingError, match="differ|mismatch|expected"):
+        checks.check_kernel(add, (x, y), torch.tensor([0.0, 0.0, 0.0]), names=("x", "y"), isolate=False)
+
+
+def test_a_forged_guard_report_is_refused_and_a_wrong_result_still_fails():
+    """What the worker sends is the learner's evidence: a malformed report is refused, and a report that claims
+    all is well does not make a wrong result right (the comparison is the grader's)."""
+    from mlsys.course import checks
+
+    rpc = LocalRpc(_learner(GOOD_ADD))
+    add = rpc.get("add")
+    x = torch.ones(3)
+    real = worker._helper
+    try:
+        worker._helper = lambda name: (lambda *a, **k: {"report": "all fine", "result": x})  # noqa: E731
+        with pytest.raises(grading.GradingError, match="malformed"):
+            checks.check_kernel(add, (x, x), x * 2, names=("x", "y"), isolate=False)
+        worker._helper = lambda name: (lambda *a, **k: {"report": {}, "result": x, "error": None})  # noqa: E731
+        with pytest.raises(grading.GradingError):
+            checks.check_kernel(add, (x, x), x * 2, names=("x", "y"), isolate=False)  # 1 + 1 is 2, not the 1 sent
+    finally:
+        worker._helper = real
+
+
+def test_a_guarded_check_in_the_worker_sees_a_store_outside_the_output():
+    """The guard buffers are the worker's: a launcher that writes past the end of what it allocated is reported
+    with where it wrote (here the learner writes one element past the end through the storage)."""
+    from mlsys.course import checks
+
+    bad = ("import torch\n\ndef add(x, y):\n    out = torch.empty_like(x)\n"
+           "    big = out.as_strided((out.numel() + 1,), (1,), out.storage_offset())\n"
+           "    big.copy_(torch.cat([x + y, torch.zeros(1)]))\n    return out\n")
+    rpc = LocalRpc(_learner(bad))
+    with pytest.raises(grading.GradingError, match="past the end"):
+        checks.check_kernel(rpc.get("add"), (torch.ones(4), torch.ones(4)), torch.full((4,), 2.0), names=("x", "y"),
+                            output_names=("out",), isolate=False)
+
+
+def test_zero_padded_inputs_stay_in_zero_padding_across_the_channel():
+    """checks.in_zero_padding marks its tensor; the worker rebuilds it inside zeros, so a read one past the end
+    reads 0 there as it would in the grader (here: the learner returns the element after the last)."""
+    from mlsys.course import checks
+
+    peek = "import torch\n\ndef peek(t):\n    return t.as_strided((1,), (1,), t.storage_offset() + t.numel()).clone()\n"
+    rpc = LocalRpc(_learner(peek))
+    t = checks.in_zero_padding(torch.full((3,), 7.0))
+    assert rpc.get("peek")(t).tolist() == [0.0]
+
+
+def test_a_test_cell_lambda_runs_beside_the_learner_functions_on_the_views_it_is_given():
+    """A lambda of a test cell that calls a learner function is evaluated in the worker: the transposed view it
+    builds reaches the learner's function as a view (strides (1, rows)), not as a contiguous copy."""
+    ns = _learner("import torch\n\ndef strides(a):\n    return list(a.stride())\n")
+    rpc = LocalRpc(ns)
+    course: dict = {}
+    exec(testcells.course_imports([{"cell_type": "code", "metadata": {}, "source": "import torch\n"}]), course)
+    out = testcells.run_test_cell("a = torch.zeros(3, 5)\nf = lambda m: strides(m.t())\nf(a)\n", course, rpc)
+    assert out[-1]["data"]["text/plain"] == "[1, 5]"
+    local = testcells.run_test_cell("k = 2\ng = lambda v: v * k\ng(3)\n", course, rpc)  # uses the cell's own k: stays here
+    assert local[-1]["data"]["text/plain"] == "6"
+
+
+def test_what_a_test_cell_defines_is_kept_for_the_next_but_never_what_it_fetched():
+    rpc = LocalRpc(_learner("def reference(x):\n    return 'learner'\n\nvalue = 1\n"))
+    course: dict = {}
+    testcells.run_test_cell("def reference(x):\n    return 'grader'\nseen = value\n", course, rpc)
+    assert "reference" in course and "seen" in course and "value" not in course
+    out = testcells.run_test_cell("reference(0)\n", course, rpc)
+    assert out[-1]["data"]["text/plain"] == "'grader'"
+    only = testcells.run_test_cell("value\n", {}, rpc, grader_only=frozenset({"value"}))
+    assert only[0]["ename"] == "NameError"  # a course cell's name is never taken from the learner
+
+
+def test_an_in_place_change_by_the_learner_reaches_the_grader_copy():
+    rpc = LocalRpc(_learner("def scale_(a):\n    a *= 2\n    return None\n"))
+    a = np.array([1.0, 2.0])
+    rpc.get("scale_")(a)
+    assert a.tolist() == [2.0, 4.0]
+
+
+def test_calls_of_counts_a_learner_global_inside_the_worker():
+    from mlsys.course import checks
+
+    src = ("def step(x, i):\n    return x + i\n\n"
+           "def run(n):\n    x = 0\n    for i in range(n):\n        x = step(x, i)\n    return x\n")
+    rpc = LocalRpc(_learner(src))
+    calls = checks.calls_of(rpc.get("run"), "step", 3)
+    assert [c[1] for c in calls] == [0, 1, 2]  # three calls with i = 0, 1, 2
+    assert checks.calls_of(_learner(src)["run"], "step", 2) == [(0, 0), (0, 1)]  # the same helper in a kernel
+
+
+def test_grader_cells_are_keyed_to_the_next_test_and_bind_grader_only_names():
+    def cell(src, **meta):
+        return {"cell_type": "code", "source": src, "metadata": meta}
+
+    cells = [cell("import torch\ndevice = 'cpu'\n", mlsys={"grader": True}),
+             cell("x = 1\n", nbgrader={"solution": True}),
+             cell("def helper(a):\n    return a\nTOL = dict(rtol=1)\n", mlsys={"grader": True}),
+             cell("assert x\n", nbgrader={"grade": True, "grade_id": "t1"}),
+             cell("late = 2\n", mlsys={"grader": True})]
+    got = testcells.grader_cells(cells)
+    assert [(c["before"], c["source"].split("\n")[0]) for c in got] == [
+        ("t1", "import torch"), ("t1", "def helper(a):"), (None, "late = 2")]
+    assert testcells.grader_only_names([c["source"] for c in got]) == {"torch", "device", "helper", "TOL", "late"}
+
+
+def test_a_triton_config_crosses_as_a_config():
+    triton = pytest.importorskip("triton")
+    got = _cross([triton.Config({"BLOCK_M": 64, "BLOCK_N": 32}, num_warps=8, num_stages=3)])
+    assert type(got[0]) is triton.Config and got[0].kwargs == {"BLOCK_M": 64, "BLOCK_N": 32}
+    assert (got[0].num_warps, got[0].num_stages) == (8, 3)

@@ -86,10 +86,27 @@ def main() -> int:
     died: int | None = None
     limit = float(job.get("timeout") or 600)
     rpc = course = None
+    grader_only: frozenset[str] = frozenset()
+    learner_names: frozenset[str] = frozenset()
+    course_cells = [c for c in job.get("course_cells", []) if isinstance(c, dict)]
+    test_order = [str(t) for t in job.get("test_order", [])]  # the instructor notebook's test cells, in order
     if in_grader:
         from . import testcells
 
         course, rpc = _grader(nb, job, client, nbformat, in_grader)
+        grader_only = testcells.grader_only_names([str(c.get("source", "")) for c in course_cells])
+    learner_names = frozenset(str(n) for n in job.get("answer_names", []))
+
+    def run_course_cells(grade_id: str | None) -> None:
+        """The course cells the grader runs itself, up to the test cell ``grade_id`` (outputs discarded:
+        the kernel ran the same cells for the learner; a failure here shows in the tests that need them)."""
+        upto = test_order.index(grade_id) if grade_id in test_order else len(test_order)
+        while course_cells:
+            before = course_cells[0].get("before")
+            if before not in test_order or test_order.index(before) > upto:
+                return
+            testcells.run_test_cell(str(course_cells.pop(0).get("source", "")), course, rpc, grader_only=grader_only,
+                                    learner_names=learner_names, filename="<course cell>")
     try:
         with client.setup_kernel():
             for index, cell in enumerate(nb.cells):
@@ -100,7 +117,9 @@ def main() -> int:
                           "execution_count": None})
                     continue
                 if index in in_grader:
-                    cell.outputs = [nbformat.from_dict(o) for o in testcells.run_test_cell(cell.source, course, rpc)]
+                    run_course_cells(str((cell.metadata.get("nbgrader", {}) or {}).get("grade_id", "")))
+                    cell.outputs = [nbformat.from_dict(o) for o in testcells.run_test_cell(
+                        cell.source, course, rpc, grader_only=grader_only, learner_names=learner_names)]
                     if any(o.get("ename") == "DeadKernelError" for o in cell.outputs):
                         died = index
                     emit({"index": index, "outputs": cell.outputs, "execution_count": None, "status": "ok"})

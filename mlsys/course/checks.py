@@ -40,6 +40,7 @@ Every check raises :class:`mlsys.course.grading.GradingError` with a message tha
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 from collections.abc import Callable, Sequence
@@ -48,6 +49,7 @@ from typing import Any
 
 from ..runtime.device import has_cuda
 from .grading import GradingError, assert_close, run_isolated
+from .proxy import HARNESS, RemoteFunction, zero_padded
 
 __all__ = [
     "MAGIC",
@@ -73,6 +75,10 @@ __all__ = [
     "check_scores_far_below_zero",
     "check_running_sums_fp32",
     "in_zero_padding",
+    "calls_of",
+    "running_sums_probe",
+    "worker_run_guarded",
+    "worker_call_checked",
 ]
 
 MAGIC = -12288.0
@@ -119,6 +125,17 @@ class Guarded:
         """[first, last) byte addresses of the whole buffer, guards included."""
         start = self.buffer.data_ptr()
         return start, start + self.buffer.numel() * self.buffer.element_size()
+
+
+@contextlib.contextmanager
+def _harness() -> Any:
+    """The checks' own torch work inside a learner's call: not recorded as the learner's operations
+    (:data:`mlsys.course.proxy.HARNESS`)."""
+    HARNESS[0] += 1
+    try:
+        yield
+    finally:
+        HARNESS[0] -= 1
 
 
 def _alloc(name: str, shape: Sequence[int], dtype: Any, device: Any, *, sentinel: float, role: str,
@@ -189,12 +206,13 @@ class _CaptureOutputs:
         label = self.names[len(self.captured)] if len(self.captured) < len(self.names) else \
             f"tensor #{len(self.captured) + 1} your code allocated"
         # inside __torch_function__ the mode is switched off: these calls are not intercepted again
-        g = _alloc(label, out.shape, out.dtype, out.device, sentinel=MAGIC, role="output")
-        if factory.startswith("empty"):
-            g.original = None  # an element still MAGIC afterwards was never written
-        else:
-            g.view.copy_(out)
-            g.original = out.clone()
+        with _harness():
+            g = _alloc(label, out.shape, out.dtype, out.device, sentinel=MAGIC, role="output")
+            if factory.startswith("empty"):
+                g.original = None  # an element still MAGIC afterwards was never written
+            else:
+                g.view.copy_(out)
+                g.original = out.clone()
         self.captured.append(g)
         return g.view
 
@@ -254,8 +272,9 @@ class Tracker:
 
         self.load_instructions += 1
         if not hasattr(self, "_layout"):  # address range, element size and in-view mask of each guard, once
-            self._layout = [(g, *g.address_range(), g.buffer.element_size(), g.inside().cpu().numpy())
-                            for g in self.guards]
+            with _harness():
+                self._layout = [(g, *g.address_range(), g.buffer.element_size(), g.inside().cpu().numpy())
+                                for g in self.guards]
         for g, lo, hi, size, inside in self._layout:
             hit = addrs[(addrs >= lo) & (addrs < hi)]
             if not hit.size:
@@ -475,6 +494,8 @@ def _packed_call(*args: Any) -> dict[str, Any]:
     # do not exist here, and a parallel region would block forever. One thread is plenty for small checks.
     _torch().set_num_threads(1)
     out = _quiet_call(*args)
+    if isinstance(getattr(args[0], "recorded_ops", None), set):  # mlsys.course.worker.Recorded: ops back to the parent
+        out["ops"] = sorted(args[0].recorded_ops)
     torch = _torch()
     if isinstance(out["result"], torch.Tensor):
         buf = io.BytesIO()
@@ -494,7 +515,9 @@ def _call_to_bytes(fn: Callable[..., Any], *args: Any) -> Any:
     if isinstance(out, torch.Tensor):
         buf = io.BytesIO()
         torch.save(out.detach().cpu(), buf)
-        return ("tensor", buf.getvalue())
+        out = ("tensor", buf.getvalue())
+    if isinstance(getattr(fn, "recorded_ops", None), set):  # mlsys.course.worker.Recorded: ops back to the parent
+        return ("with_ops", out, sorted(fn.recorded_ops))
     return out
 
 
@@ -533,6 +556,12 @@ def run_guarded(fn: Callable[..., Any], inputs: Sequence[Any], *, names: Sequenc
     """
     label = label or getattr(fn, "__name__", "your function")
     names = list(names) if names is not None else [f"input {i}" for i in range(len(inputs))]
+    if isinstance(fn, RemoteFunction):  # a test cell in the grader: the guarded call runs in the learner's kernel
+        out = _guarded_reply(fn.run_helper("run_guarded", list(inputs), names=names, output_names=list(output_names),
+                                           row_gap=row_gap, isolate=isolate, timeout=timeout, cpu_limit=cpu_limit,
+                                           label=label, **kwargs), label)
+        _show_warnings(out)
+        return out
     if isolate is None:
         isolate = not has_cuda()
     if not isolate:
@@ -1078,19 +1107,16 @@ def check_scores_far_below_zero(fn: Callable[..., Any], inputs: Sequence[Any], e
     """
     torch = _torch()
     inputs = [in_zero_padding(t) if isinstance(t, torch.Tensor) else t for t in inputs]
-    if isolate is None:
-        isolate = not has_cuda()
-    try:
-        if isolate:
-            result = _unpack(run_isolated(_call_to_bytes, fn, *inputs, timeout=WALL_LIMIT, cpu_limit=CPU_LIMIT,
-                                          heartbeat=HEARTBEAT, what=label))
-        else:
-            result = fn(*inputs)
-    except GradingError as exc:
-        raise GradingError(f"{label}: {exc}") from None
-    except Exception as exc:  # the learner's code
-        raise GradingError(explain_exception(label, exc)) from None
-    if not isinstance(result, torch.Tensor):
+    if isinstance(fn, RemoteFunction):  # a test cell in the grader: the call runs in the learner's kernel
+        reply = fn.run_helper("call_checked", *inputs, isolate=isolate, label=label)
+        if not isinstance(reply, dict) or not isinstance(reply.get("error", ""), str):
+            raise GradingError(f"{label}: the notebook's kernel sent back a malformed reply")
+        if reply.get("error"):
+            raise GradingError(reply["error"])
+        result = reply.get("result")
+    else:
+        result = worker_call_checked(fn, *inputs, isolate=isolate, label=label, _raise=True)["result"]
+    if type(result) is not torch.Tensor:
         raise GradingError(f"{label}: expected a tensor, found {type(result).__name__}")
     nonfinite = int((~torch.isfinite(result.float())).sum())
     if nonfinite:
@@ -1139,8 +1165,134 @@ def in_zero_padding(t: Any, pad: int = 4096) -> Any:
     by arbitrary memory: a read past the end (a missing load mask, charged by the check that uses guard
     buffers) then reads zeros, which a masked score ignores, instead of NaN that would cost this check too.
     """
+    return zero_padded(t, pad)  # sent to the learner's kernel, it is rebuilt in zero-filled memory there too
+
+
+# ----------------------------------------------------------------------------------------------
+# worker-side halves: where a lab's test cells run in the grader (mlsys.course.testcells), these run in the
+# learner's kernel on inputs the grader chose and return plain data; the grader's half above decides
+
+
+def worker_call_checked(fn: Callable[..., Any], *inputs: Any, isolate: bool | None = None, label: str = "your function",
+                        _raise: bool = False) -> dict[str, Any]:
+    """``{"result": fn(*inputs)}`` (in a child process on a CPU), or ``{"error": message}`` when it raised or crashed."""
+    if isolate is None:
+        isolate = not has_cuda()
+    try:
+        if isolate:
+            result = run_isolated(_call_to_bytes, fn, *inputs, timeout=WALL_LIMIT, cpu_limit=CPU_LIMIT,
+                                  heartbeat=HEARTBEAT, what=label)
+            if isinstance(result, tuple) and len(result) == 3 and result[0] == "with_ops":
+                fn.recorded_ops.update(result[2])
+                result = result[1]
+            result = _unpack(result)
+        else:
+            result = fn(*inputs)
+    except GradingError as exc:
+        msg = f"{label}: {exc}"
+    except Exception as exc:  # the learner's code
+        msg = explain_exception(label, exc)
+    else:
+        return {"result": result}
+    if _raise:
+        raise GradingError(msg) from None
+    return {"error": msg}
+
+
+def worker_run_guarded(fn: Callable[..., Any], inputs: Sequence[Any], **opts: Any) -> dict[str, Any]:
+    """:func:`run_guarded` with its report as plain data (the grader rebuilds a :class:`GuardReport`)."""
+    import dataclasses
+
+    out = dict(run_guarded(fn, inputs, **opts))
+    out["report"] = dataclasses.asdict(out["report"])
+    return out
+
+
+def _guarded_reply(out: Any, label: str) -> dict[str, Any]:
+    """The grader's reading of :func:`worker_run_guarded`'s reply: a :class:`GuardReport` rebuilt from plain fields."""
+    import dataclasses
+
+    try:
+        fields = {f.name for f in dataclasses.fields(GuardReport)}
+        rep = out["report"]
+        report = GuardReport(**{k: v for k, v in rep.items() if k in fields})
+        report.problems()  # every field readable as the report's own code reads it
+        return {"result": out.get("result"), "report": report, "error": out.get("error"),
+                "tracked": out.get("tracked") is True, "warnings": [str(w) for w in out.get("warnings", [])][:3]}
+    except Exception as exc:  # noqa: BLE001 - a reply that is not what worker_run_guarded sends
+        raise GradingError(f"{label}: the notebook's kernel sent back a malformed check report "
+                           f"({type(exc).__name__})") from None
+
+
+def calls_of(fn: Callable[..., Any], name: str, *args: Any, **kwargs: Any) -> list[tuple]:
+    """The positional arguments of every call of the global function ``name`` that ``fn(*args, **kwargs)`` makes.
+
+    The global is wrapped for the duration of the call (in the learner's namespace, where ``fn`` looks it
+    up) and restored after. In a test cell that runs in the grader, the call and the count run in the
+    learner's kernel and the arguments come back as plain data.
+    """
+    if isinstance(fn, RemoteFunction):
+        return fn.run_helper("calls_of", name, *args, **kwargs)
+    ns = getattr(fn, "fn", fn).__globals__  # (through mlsys.course.worker.Recorded in the learner's kernel)
+    if name not in ns or not callable(ns[name]):
+        raise GradingError(f"{getattr(fn, '__name__', 'your function')}: expected a function {name} beside it")
+    real, calls = ns[name], []
+
+    def counting(*a: Any, **k: Any) -> Any:
+        calls.append(a)
+        return real(*a, **k)
+
+    ns[name] = counting
+    try:
+        fn(*args, **kwargs)
+    finally:
+        ns[name] = real
+    return calls
+
+
+_PROBE_SOURCE = """
+@triton.jit
+def attend_blocks_probe(K, V, OUT, start_value, N_CTX, HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr):
+    offs_m = tl.arange(0, 16)
+    offs_d = tl.arange(0, HEAD_DIM)
+    q = tl.full([16, HEAD_DIM], 1.0, K.dtype.element_ty)
+    acc = tl.zeros([16, HEAD_DIM], tl.float32) + start_value
+    l_i = tl.zeros([16], tl.float32) + start_value
+    m_i = tl.zeros([16], tl.float32)
+    acc, l_i, m_i = attend_blocks(acc, l_i, m_i, q, K, V, 0, N_CTX, offs_m, N_CTX, 1.0, HEAD_DIM, BLOCK_N,
+                                  False, False)
+    tl.store(OUT + offs_m[:, None] * HEAD_DIM + offs_d[None, :], acc)
+    tl.store(OUT + 16 * HEAD_DIM + offs_m, l_i)
+"""
+
+
+def running_sums_probe(attend_blocks: Any, *, device: str = "cpu", starts: Sequence[float] = (0.0, 2048.0)) -> list:
+    """``[(acc, l), ...]``: Lab 5's ``attend_blocks`` run from running sums that start at each of ``starts``.
+
+    fp16 accumulation shows only at thousands of keys (too slow under the interpreter), where the running
+    sums are large. So this probe starts the sums there: acc = l = start, then four blocks of 16 keys with
+    scores -4 (log2 units, p = 2^-4) and values 1 each add 16 * 2^-4 = 1 to both, as they do to sums
+    starting at 0. Held in fp16 between blocks (spacing 2 at 2048), each 2048 + 1 rounds back to 2048.
+    Judge the result with :func:`check_running_sums_fp32`.
+    """
+    if isinstance(attend_blocks, RemoteFunction):
+        return attend_blocks.run_helper("running_sums_probe", device=device, starts=list(starts))
+    import linecache
+
+    import triton
+    import triton.language as tl
+
     torch = _torch()
-    buf = torch.zeros(t.numel() + pad, dtype=t.dtype, device=t.device)
-    view = buf[:t.numel()].view(t.shape)
-    view.copy_(t)
-    return view
+    filename = "<mlsys.course.checks: attend_blocks probe>"  # Triton reads a kernel's source through linecache
+    linecache.cache[filename] = (len(_PROBE_SOURCE), None, _PROBE_SOURCE.splitlines(True), filename)
+    ns: dict[str, Any] = {"triton": triton, "tl": tl, "attend_blocks": attend_blocks}
+    exec(compile(_PROBE_SOURCE, filename, "exec"), ns)  # noqa: S102 - the course's own probe kernel
+    probe_kernel = ns["attend_blocks_probe"]
+    k16 = torch.full((64, 16), -0.25, dtype=torch.float16, device=device)  # q.k = 16 * 1 * -0.25 = -4
+    v16 = torch.ones(64, 16, dtype=torch.float16, device=device)
+    out = []
+    for start in starts:
+        probe = torch.zeros(16 * 16 + 16, device=device)
+        probe_kernel[(1,)](k16, v16, probe, float(start), 64, HEAD_DIM=16, BLOCK_N=16)
+        out.append((probe[:256].reshape(16, 16).cpu(), probe[256:].cpu()))
+    return out

@@ -177,6 +177,12 @@ def own_scratch(folder: Path) -> None:
 _CGROUP_NOTE: list[str] = []
 
 
+SYSTEMD_DIR = Path("/run/systemd/system")
+"""Present where systemd runs the machine: a sandbox's cgroup is then a transient scope (``systemd-run``)."""
+CGROUP_FS = Path("/sys/fs/cgroup")
+"""Where the cgroup file system is mounted (v2 unified, or one folder per v1 controller)."""
+
+
 def cgroup_note() -> str:
     """Why sandboxes here have no cgroup of their own ("" when they do); printed once per process."""
     return _CGROUP_NOTE[0] if _CGROUP_NOTE else ""
@@ -197,9 +203,9 @@ class Cgroup:
     def create(cls, limits: Limits) -> Cgroup | None:
         name = f"mlsys-sandbox-{os.getpid()}-{secrets.token_hex(4)}"
         why = []
-        if Path("/run/systemd/system").is_dir() and shutil.which("systemd-run"):
+        if SYSTEMD_DIR.is_dir() and shutil.which("systemd-run"):
             return cls("systemd", [], name)
-        fs = Path("/sys/fs/cgroup")
+        fs = CGROUP_FS
         try:
             own = {line.split(":", 2)[1]: line.split(":", 2)[2].strip()
                    for line in Path("/proc/self/cgroup").read_text().splitlines() if line.count(":") >= 2}

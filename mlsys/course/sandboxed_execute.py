@@ -45,7 +45,7 @@ from ..runtime.processes import kill_tree
 from . import sandbox
 from .cellrunner import error_output
 from .grading import NOT_GRADED
-from .testcells import course_imports
+from .testcells import answer_names, course_imports, grader_cells
 from .trusted import answer_cells
 
 __all__ = ["SandboxedExecute", "run_in_sandbox", "answer_cells"]
@@ -201,7 +201,10 @@ class SandboxedExecute(Execute):
         if (source_nb.get("metadata", {}).get("mlsys", {}) or {}).get("test_cells") == "grader":
             # the lab's test cells run in the grader process, not in the kernel that ran the answers
             job_grader = {"grader_cells": sorted(i for i, c in enumerate(nb.cells) if _is_test(c) and i not in perf_idx),
-                          "course_imports": course_imports(source_nb.get("cells", []))}
+                          "course_imports": course_imports(source_nb.get("cells", [])),
+                          "course_cells": grader_cells(source_nb.get("cells", [])),
+                          "answer_names": sorted(answer_names(source_nb.get("cells", []))),
+                          "test_order": [str(_nbg(c).get("grade_id")) for c in source_nb.get("cells", []) if _is_test(c)]}
         else:
             job_grader = {}
         job = {**job_grader, "notebook": name, "skip": sorted(perf_idx), "timeout": self.timeout,

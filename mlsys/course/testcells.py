@@ -34,7 +34,8 @@ from typing import Any
 
 from . import proxy
 
-__all__ = ["Rpc", "GraderNamespace", "course_imports", "answer_definitions", "run_test_cell"]
+__all__ = ["Rpc", "GraderNamespace", "course_imports", "answer_definitions", "run_test_cell", "grader_cells",
+           "grader_only_names", "answer_names"]
 
 _MAGIC = re.compile(r"^\s*(%%?|!).*$", re.M)
 
@@ -132,15 +133,48 @@ class Rpc:
                             "learner's own objects can cross")
         return proxy.encode(x, handle)
 
-    def call(self, fn: proxy.RemoteFunction, args: tuple, kwargs: dict[str, Any]) -> Any:
+    def call(self, fn: proxy.RemoteFunction, args: tuple, kwargs: dict[str, Any], helper: str | None = None) -> Any:
         req = {"op": "call", "fn": object.__getattribute__(fn, "_ref")["id"], "args": [self._arg(a) for a in args],
                "kwargs": {str(k): self._arg(v) for k, v in kwargs.items()}}
+        if helper is not None:
+            req["helper"] = helper
         reply = self._request(req)
         fn.ops.update(str(op) for op in reply.get("ops", []))
         result = self._out(reply, fn.__name__)
+        _write_back(args, reply.get("changed"), self._ref, offset=1 if helper is not None else 0)
         for r in _remote_functions(result):  # a function the call returned: its calls count for this one too
             object.__setattr__(r, "ops", fn.ops)
         return result
+
+
+    def make_lambda(self, source: str) -> proxy.RemoteFunction:
+        """A test cell's lambda, evaluated in the worker beside the learner's functions (it calls them there)."""
+        value = self._out(self._request({"op": "lambda", "source": source}), "a lambda of the test")
+        if not isinstance(value, proxy.RemoteFunction):
+            raise proxy.LearnerCodeError("the notebook's kernel did not answer the grader with a function")
+        object.__setattr__(value, "__name__", "<lambda>")
+        return value
+
+
+def _write_back(args: tuple, changed: Any, ref: Any, offset: int) -> None:
+    """A call that changed an array or tensor argument in place changes the grader's copy the same way."""
+    if not isinstance(changed, dict):
+        return
+    import sys
+
+    torch, np = sys.modules.get("torch"), sys.modules.get("numpy")
+    for key, enc in changed.items():
+        i = int(key) - offset if str(key).isdigit() else -1
+        if not 0 <= i < len(args):
+            continue
+        orig, new = args[i], proxy.decode(enc, ref)
+        if torch is not None and type(orig) is torch.Tensor and type(new) is torch.Tensor \
+                and new.shape == orig.shape and new.dtype == orig.dtype:
+            with torch.no_grad():
+                orig.copy_(new.to(orig.device))
+        elif np is not None and type(orig) is np.ndarray and type(new) is np.ndarray \
+                and new.shape == orig.shape and new.dtype == orig.dtype and orig.flags.writeable:
+            orig[...] = new
 
 
 def _remote_functions(x: Any, depth: int = 0) -> list[proxy.RemoteFunction]:
@@ -154,21 +188,65 @@ def _remote_functions(x: Any, depth: int = 0) -> list[proxy.RemoteFunction]:
 
 
 class GraderNamespace(dict):
-    """A test cell's globals: its own names, builtins, the course's imports, then the learner's values."""
+    """A test cell's globals: its own names, builtins, the course's names, then the learner's values.
 
-    def __init__(self, course: dict[str, Any], rpc: Rpc) -> None:
+    ``grader_only`` names (what the course's grader-side cells define) are never fetched from the learner,
+    even where the course cell that defines them failed; ``learner_names`` (what the instructor's answer
+    cells define) always are, even where a course import has the same name."""
+
+    def __init__(self, course: dict[str, Any], rpc: Rpc, grader_only: frozenset[str] = frozenset(),
+                 learner_names: frozenset[str] = frozenset()) -> None:
         super().__init__(course)
+        for name in learner_names:  # what the answers define (Lab 5's `attention`) shadows a course import of that name
+            self.pop(name, None)
         self.rpc = rpc
+        self.grader_only = grader_only
+        self.fetched: dict[str, Any] = {}
         self["__builtins__"] = builtins
+        self["__mlsys_lambda__"] = rpc.make_lambda
 
     def __missing__(self, name: str) -> Any:
         if hasattr(builtins, name):
             return getattr(builtins, name)
-        if name.startswith("__"):
+        if name.startswith("__") or name in self.grader_only:
             raise KeyError(name)
         value = self.rpc.get(name)  # KeyError when the learner never defined it: a NameError in the cell
-        self[name] = value
+        self[name] = self.fetched[name] = value
         return value
+
+
+def _bound_names(tree: ast.AST, params: bool = True) -> set[str]:
+    """Names a piece of code binds anywhere (assignments, loop targets, defs, imports, and parameters
+    unless ``params`` is false)."""
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            out.add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            out.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, ast.arg) and params:
+            out.add(node.arg)
+    return out
+
+
+class _WorkerLambdas(ast.NodeTransformer):
+    """A lambda whose free names are not the cell's own becomes ``__mlsys_lambda__("<its source>")``: it is
+    evaluated in the learner's kernel, where the learner's functions it calls live, so a check that runs a
+    function there (a guarded call, a kernel count) can run the lambda too, on the tensors it was given
+    (a transposed view stays a view)."""
+
+    def __init__(self, local: set[str]) -> None:
+        self.local = local
+
+    def visit_Lambda(self, node: ast.Lambda) -> ast.AST:
+        params = _bound_names(node.args)
+        free = {n.id for n in ast.walk(node.body) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)} - params
+        if free & self.local:
+            return node
+        return ast.copy_location(ast.Call(func=ast.Name("__mlsys_lambda__", ast.Load()),
+                                          args=[ast.Constant(ast.unparse(node))], keywords=[]), node)
 
 
 def _error(exc: BaseException) -> dict[str, Any]:
@@ -184,21 +262,30 @@ def _error(exc: BaseException) -> dict[str, Any]:
     return {"output_type": "error", "ename": ename, "evalue": evalue, "traceback": [f"{ename}{where}: {evalue}"]}
 
 
-def run_test_cell(source: str, course: dict[str, Any], rpc: Rpc) -> list[dict[str, Any]]:
-    """Execute one test cell here and return its nbformat outputs (see the module doc)."""
-    ns = GraderNamespace(course, rpc)
+def run_test_cell(source: str, course: dict[str, Any], rpc: Rpc, *, grader_only: frozenset[str] = frozenset(),
+                  learner_names: frozenset[str] = frozenset(), filename: str = "<test cell>") -> list[dict[str, Any]]:
+    """Execute one test cell here and return its nbformat outputs (see the module doc).
+
+    What the cell defines is kept in ``course`` for the cells after it, as in a notebook (a reference
+    defined by one test cell and used by the next); what it fetched from the learner is not."""
+    ns = GraderNamespace(course, rpc, grader_only - learner_names, learner_names)
     out, err = io.StringIO(), io.StringIO()
     outputs: list[dict[str, Any]] = []
     value: Any = None
     try:
-        tree = ast.parse(source, "<test cell>")
+        tree = ast.parse(source, filename)
+        tree = ast.fix_missing_locations(_WorkerLambdas(_bound_names(tree)).visit(tree))
         last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            exec(compile(tree, "<test cell>", "exec"), ns)  # noqa: S102 - the course's own test code
+            exec(compile(tree, filename, "exec"), ns)  # noqa: S102 - the course's own test code
             if last is not None:
-                value = eval(compile(ast.Expression(last.value), "<test cell>", "eval"), ns)  # noqa: S307
+                value = eval(compile(ast.Expression(last.value), filename, "eval"), ns)  # noqa: S307
     except BaseException as exc:  # noqa: BLE001 - every failure is the cell's outcome
         outputs.append(_error(exc))
+    finally:
+        for name, v in ns.items():
+            if not name.startswith("__") and not (name in ns.fetched and ns.fetched[name] is v):
+                course[name] = v
     for name, buf in (("stdout", out), ("stderr", err)):
         if buf.getvalue():
             outputs.insert(0 if name == "stdout" else len(outputs), {"output_type": "stream", "name": name,
@@ -211,3 +298,55 @@ def run_test_cell(source: str, course: dict[str, Any], rpc: Rpc) -> list[dict[st
         outputs.append({"output_type": "execute_result", "execution_count": None, "metadata": {},
                         "data": {"text/plain": text}})
     return outputs
+
+
+def grader_cells(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The course cells of an instructor notebook that the grader runs too (metadata
+    ``"mlsys": {"grader": true}``: setup, imports, helpers the tests use, values computed from answers),
+    each with its source and the grade id of the first test cell after it (``None``: none follows)."""
+    out, pending = [], []
+    for cell in cells:
+        if cell.get("cell_type") != "code":
+            continue
+        meta = cell.get("metadata", {}) or {}
+        nbg = meta.get("nbgrader", {}) or {}
+        src = cell.get("source", "")
+        src = "".join(src) if isinstance(src, list) else str(src)
+        if nbg.get("grade") and not nbg.get("solution"):
+            out += [{"source": p, "before": nbg.get("grade_id")} for p in pending]
+            pending = []
+        elif (meta.get("mlsys", {}) or {}).get("grader") and not nbg.get("solution"):
+            pending.append(_MAGIC.sub("", src))
+    return out + [{"source": p, "before": None} for p in pending]
+
+
+def answer_names(cells: list[dict[str, Any]]) -> frozenset[str]:
+    """What the answer cells of an instructor notebook define at top level (functions, classes, assigned
+    names; not imports): a test cell takes these from the learner, whatever the course imports."""
+    names: set[str] = set()
+    for cell in cells:
+        meta = (cell.get("metadata", {}) or {}).get("nbgrader", {}) or {}
+        if cell.get("cell_type") != "code" or not meta.get("solution"):
+            continue
+        src = cell.get("source", "")
+        tree = _parse("".join(src) if isinstance(src, list) else str(src))
+        for node in tree.body if tree is not None else []:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(node.name)
+            elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+                names |= _bound_names(node, params=False)
+    return frozenset(names)
+
+
+def grader_only_names(sources: list[str]) -> frozenset[str]:
+    """The names the grader's course cells bind: a test reads them from the grader, never from the learner."""
+    names: set[str] = set()
+    for src in sources:
+        tree = _parse(src)
+        if tree is not None:
+            for node in tree.body:
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    names.add(node.name)
+                else:
+                    names |= _bound_names(node, params=False)
+    return frozenset(n for n in names if not n.startswith("_"))
