@@ -72,6 +72,8 @@ class InvalidRank(ValueError):
 _PG_TIMEOUT_MARGIN = 60.0
 
 # What a rank's traceback says when the backend gave up waiting for a partner (gloo, NCCL).
+_PEER_GONE_SIGNS = ("connection closed by peer", "connection reset by peer", "broken pipe")
+"""What gloo says on a rank whose partner's process has gone (the consequence, not the cause)."""
 _BACKEND_TIMEOUT_SIGNS = ("timed out waiting", "timeout waiting", "wait timeout", "operation timed out",
                           "watchdog caught collective operation timeout")
 
@@ -277,6 +279,10 @@ def launch(fn: Callable[..., Any], world_size: int, *args: Any, backend: str | N
     if failed and len(timed_out) == len(failed):
         missing = sorted(set(timed_out) | {r for r in range(world_size) if r not in results})
         raise LaunchTimeout(deadlock_message(label, missing, world_size, timeout))
+    # a rank whose peer vanished ("Connection closed by peer") failed because another rank left first: on a
+    # loaded machine its report can arrive before the report of the rank that raised, so it goes last
+    left = [(r, v) for r, v in failed if v[0] == "error" and any(s in str(v[1]).lower() for s in _PEER_GONE_SIGNS)]
+    failed = [f for f in failed if f not in left] + left
     invalid = [(r, v) for r, v in failed if v[0] == "error" and "InvalidRank" in str(v[1])]
     if invalid:  # the cause, even when another rank noticed first that its partner had gone
         failed = invalid + [f for f in failed if f not in invalid]
