@@ -143,11 +143,13 @@ def main() -> int:
     ap.add_argument("-n", type=int, default=20, help="gradings per lab (default 20)")
     ap.add_argument("--timeout", type=float, default=3600, help="teach grade --timeout (default 3600, as make grade)")
     ap.add_argument("--out", type=Path, default=REPO / "data" / "grading" / "repeat_grading_cpu.json")
+    ap.add_argument("--commit", help="the commit graded, where this copy is not a git checkout (a `git archive`)")
     a = ap.parse_args()
     labs = a.labs or lab_names()
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
-    dirty = bool(subprocess.run(["git", "status", "--porcelain", "--", "mlsys", "labs"], cwd=REPO,
-                                capture_output=True, text=True).stdout.strip())
+    commit = a.commit or subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True,
+                                        text=True).stdout.strip()
+    dirty = not a.commit and bool(subprocess.run(["git", "status", "--porcelain", "--", "mlsys", "labs"], cwd=REPO,
+                                                 capture_output=True, text=True).stdout.strip())
     prov = provenance("cpu")
     rec: dict[str, Any] = {
         "what": f"the instructor notebook of each lab graded {a.n} times through `teach grade` (as `make grade`)",
