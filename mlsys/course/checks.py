@@ -32,7 +32,8 @@ own measured time: ms taken as seconds, MACs for FLOPs; nothing is timed again),
 (:func:`check_ring`, which names a dtype slip, an invalid rank, a step count, chunk indices or an
 unfinished request through :func:`diagnose_ring`; :func:`check_dp`) and Lab 5's online softmax
 (:func:`check_scores_far_below_zero` for the initial max, :func:`check_running_sums_fp32` for fp16
-accumulation, :func:`in_zero_padding` so one mistake is charged to one check).
+accumulation in the inner loop, :func:`check_attention_sums_fp32` for it anywhere in the kernel,
+:func:`in_zero_padding` so one mistake is charged to one check).
 :func:`assert_plausible_rate` (a rate against a fresh timing) is kept for callers outside the labs.
 
 Every check raises :class:`mlsys.course.grading.GradingError` with a message that names the mistake.
@@ -72,6 +73,8 @@ __all__ = [
     "check_dp",
     "check_scores_far_below_zero",
     "check_running_sums_fp32",
+    "check_attention_sums_fp32",
+    "FP16_MAX",
     "in_zero_padding",
 ]
 
@@ -1065,6 +1068,39 @@ def check_dp(step_fn: Callable[..., Any], world_sizes: Sequence[int], batch: int
 # online softmax (Lab 5)
 
 
+def _plain_call(fn: Callable[..., Any], inputs: Sequence[Any], label: str, isolate: bool | None) -> Any:
+    """``fn(*inputs)`` on copies in zero-filled memory (:func:`in_zero_padding`), in a child process on a CPU
+    (a crash or an endless loop costs this check only); a learner's exception becomes a :class:`GradingError`."""
+    torch = _torch()
+    inputs = [in_zero_padding(t) if isinstance(t, torch.Tensor) else t for t in inputs]
+    if isolate is None:
+        isolate = not has_cuda()
+    try:
+        if isolate:
+            return _unpack(run_isolated(_call_to_bytes, fn, *inputs, timeout=WALL_LIMIT, cpu_limit=CPU_LIMIT,
+                                        heartbeat=HEARTBEAT, what=label))
+        return fn(*inputs)
+    except GradingError as exc:
+        raise GradingError(f"{label}: {exc}") from None
+    except Exception as exc:  # the learner's code
+        raise GradingError(explain_exception(label, exc)) from None
+
+
+def _mismatch(result: Any, expected: Any, *, rtol: float, atol: float, label: str) -> str | None:
+    """What is wrong with ``result`` ("12 of 640 outputs NaN/Inf", "max abs error ..."), or None if it is right."""
+    torch = _torch()
+    if not isinstance(result, torch.Tensor):
+        raise GradingError(f"{label}: expected a tensor, found {type(result).__name__}")
+    nonfinite = int((~torch.isfinite(result.float())).sum())
+    if nonfinite:
+        return f"{nonfinite} of {result.numel()} outputs NaN/Inf"
+    try:
+        assert_close(result, expected, rtol=rtol, atol=atol, name=label)
+    except GradingError as exc:
+        return str(exc).split(": ", 1)[-1]
+    return None
+
+
 def check_scores_far_below_zero(fn: Callable[..., Any], inputs: Sequence[Any], expected: Any, *,
                                 lowest_score: float, rtol: float, atol: float, label: str,
                                 isolate: bool | None = None) -> Any:
@@ -1076,37 +1112,53 @@ def check_scores_far_below_zero(fn: Callable[..., Any], inputs: Sequence[Any], e
     are copied into zero-filled memory (:func:`in_zero_padding`), so a read past their end (charged by
     the guarded checks) does not cost this check too; on a CPU the call runs in a child process.
     """
-    torch = _torch()
-    inputs = [in_zero_padding(t) if isinstance(t, torch.Tensor) else t for t in inputs]
-    if isolate is None:
-        isolate = not has_cuda()
-    try:
-        if isolate:
-            result = _unpack(run_isolated(_call_to_bytes, fn, *inputs, timeout=WALL_LIMIT, cpu_limit=CPU_LIMIT,
-                                          heartbeat=HEARTBEAT, what=label))
-        else:
-            result = fn(*inputs)
-    except GradingError as exc:
-        raise GradingError(f"{label}: {exc}") from None
-    except Exception as exc:  # the learner's code
-        raise GradingError(explain_exception(label, exc)) from None
-    if not isinstance(result, torch.Tensor):
-        raise GradingError(f"{label}: expected a tensor, found {type(result).__name__}")
-    nonfinite = int((~torch.isfinite(result.float())).sum())
-    if nonfinite:
-        found = f"{nonfinite} of {result.numel()} outputs NaN/Inf"
-    else:
-        try:
-            assert_close(result, expected, rtol=rtol, atol=atol, name=label)
-            return result
-        except GradingError as exc:
-            found = str(exc).split(": ", 1)[-1]
+    result = _plain_call(fn, inputs, label, isolate)
+    found = _mismatch(result, expected, rtol=rtol, atol=atol, label=label)
+    if found is None:
+        return result
     raise GradingError(
         f"{label}: every score is far below zero (down to about {lowest_score:.0f}); expected the softmax-weighted "
         f"average of V as usual, found {found}. Likely cause: the running max starts at 0 instead of -inf (or "
         "the scores are not shifted by it). With m = 0, exp(s - m) underflows to 0 for every key, the running sum "
         "l stays 0 and the output is 0 / 0. Start it at -inf (tl.full([BLOCK_M], float(\"-inf\"), tl.float32)): "
         "the first block then sets it to its own max")
+
+
+FP16_MAX = 65504.0
+"""The largest finite fp16 value, (2 - 2^-10) x 2^15."""
+
+
+def check_attention_sums_fp32(fn: Callable[..., Any], q: Any, k: Any, v: Any, expected: Any, *, rtol: float,
+                              atol: float, label: str, isolate: bool | None = None) -> Any:
+    """Run ``fn(q, k, v)`` on fp16 inputs whose running sum acc passes fp16's range; fail naming fp16 accumulation.
+
+    Before the final division, acc = sum_j exp(s_j - max_j s_j) v_j per query row and column (s =
+    q k^T / sqrt(D)). The check first works that sum out in float64 from the inputs and refuses
+    inputs where it stays below :data:`FP16_MAX`. A kernel that keeps acc in fp32 from its
+    ``tl.zeros`` in the program through every block is right here. One that holds acc in fp16
+    anywhere (its initial dtype in the kernel, a cast back to the input dtype in the loop, an fp16
+    ``out_dtype`` of ``tl.dot``) overflows to inf: every key adds to the sum, which cannot be
+    rescaled below its final value. Inputs sit in zero-filled memory; on a CPU the call runs in a child
+    process (:func:`_plain_call`).
+    """
+    torch = _torch()
+    s = q.double() @ k.double().transpose(-1, -2) / math.sqrt(q.shape[-1])
+    sums = torch.exp(s - s.amax(-1, keepdim=True)) @ v.double()
+    largest = float(sums.abs().max())
+    if largest <= FP16_MAX:
+        raise ValueError(f"{label}: the inputs' largest unnormalised sum is {largest:.4g}, within fp16's range; "
+                         f"choose values or a length that take it past {FP16_MAX:g}")
+    result = _plain_call(fn, (q, k, v), label, isolate)
+    found = _mismatch(result, expected, rtol=rtol, atol=atol, label=label)
+    if found is None:
+        return result
+    raise GradingError(
+        f"{label}: expected the softmax-weighted average of V (values up to {float(v.abs().max()):g}, so outputs "
+        f"of that size), found {found}. Before the division by l, acc = sum of p * v reaches {largest:.3g} here, "
+        f"more than fp16's largest value, {FP16_MAX:g}: acc is held in fp16 somewhere (fp16 accumulation), in "
+        "attention_kernel's tl.zeros, in a cast back to the input dtype inside the loop, or in tl.dot's out_dtype. "
+        "Keep acc, l and m in fp32 (tl.float32) from attention_kernel through attend_blocks, convert only the block "
+        "of probabilities p to V's dtype for tl.dot, and convert the output to O's dtype only when you store it")
 
 
 def check_running_sums_fp32(acc_from_0: Any, l_from_0: Any, acc_from_big: Any, l_from_big: Any, *, big: float,
