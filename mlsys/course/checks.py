@@ -18,7 +18,9 @@ kernel did outside them, with index ranges:
   computation (CPU time: a busy laptop slows honest work without using it up) or :data:`WALL_LIMIT`
   seconds of waiting, with a "still running" line every :data:`HEARTBEAT` seconds; on a GPU a fork
   would lose the CUDA context, so the call runs in place and an illegal memory access is reported as
-  such (the CUDA context is then lost for the rest of the run).
+  such (the CUDA context is then lost for the rest of the run), and a kernel that never finishes
+  ends the process after :data:`mlsys.course.watchdog.GPU_LIMIT` seconds with a message naming the
+  check (:mod:`mlsys.course.watchdog`; at grading the kernel is restarted and only that cell is lost).
 
 Warnings raised while a check runs are printed on stdout: nbgrader scores a test cell that writes
 to stderr as failed, and the course's own warnings must never cost points.
@@ -48,6 +50,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..runtime.device import has_cuda
+from . import watchdog
 from .grading import GradingError, assert_close, run_isolated
 
 __all__ = [
@@ -522,6 +525,13 @@ HEARTBEAT = 15.0
 """Seconds between the "still running" lines a long guarded call prints on stdout."""
 
 
+def _runs_here_on_gpu(fn: Callable[..., Any]) -> bool:
+    """True when calling ``fn`` runs a kernel on a GPU in this process, where only :mod:`.watchdog` can end
+    a kernel that never finishes. A handle to a function of the learner's kernel (:mod:`.proxy`, when a
+    test cell runs in the grader) runs elsewhere: the learner's kernel watches its own calls."""
+    return has_cuda() and type(fn).__module__ != "mlsys.course.proxy"
+
+
 def run_guarded(fn: Callable[..., Any], inputs: Sequence[Any], *, names: Sequence[str] | None = None,
                 output_names: Sequence[str] = ("the output",), row_gap: int = 0, isolate: bool | None = None,
                 timeout: float = WALL_LIMIT, cpu_limit: float = CPU_LIMIT, label: str | None = None,
@@ -539,7 +549,8 @@ def run_guarded(fn: Callable[..., Any], inputs: Sequence[Any], *, names: Sequenc
     if isolate is None:
         isolate = not has_cuda()
     if not isolate:
-        out = _quiet_call(fn, inputs, names, output_names, row_gap, kwargs, label)
+        with watchdog.watch(label, active=_runs_here_on_gpu(fn)):
+            out = _quiet_call(fn, inputs, names, output_names, row_gap, kwargs, label)
         _show_warnings(out)
         return out
     try:
@@ -1079,7 +1090,11 @@ def _plain_call(fn: Callable[..., Any], inputs: Sequence[Any], label: str, isola
         if isolate:
             return _unpack(run_isolated(_call_to_bytes, fn, *inputs, timeout=WALL_LIMIT, cpu_limit=CPU_LIMIT,
                                         heartbeat=HEARTBEAT, what=label))
-        return fn(*inputs)
+        with watchdog.watch(label, active=_runs_here_on_gpu(fn)):
+            result = fn(*inputs)
+            if has_cuda():
+                torch.cuda.synchronize()  # a hung kernel is waited for here, under the watchdog
+        return result
     except GradingError as exc:
         raise GradingError(f"{label}: {exc}") from None
     except Exception as exc:  # the learner's code
