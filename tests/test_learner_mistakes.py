@@ -445,3 +445,33 @@ def test_warnings_during_a_check_never_reach_stderr(capfd, isolate):
     checks.check_kernel(_warns, (torch.ones(3),), torch.ones(3), names=("x",), isolate=isolate)
     out, err = capfd.readouterr()
     assert err == "" and "a warning from the course's own code" in out  # nbgrader zeroes a cell on any stderr
+
+
+def test_attention_sums_check_names_fp16_accumulation():
+    torch = pytest.importorskip("torch")
+    from mlsys.course import checks
+    from mlsys.course.grading import GradingError
+
+    # q = k = 0: every score is 0, every weight exp(0 - 0) = 1, so acc = 120 keys x 1000 = 120000 > 65504
+    q = k = torch.zeros(1, 1, 120, 16, dtype=torch.float16)
+    v = torch.full((1, 1, 120, 16), 1000.0, dtype=torch.float16)
+    expected = v[:, :, :1].expand_as(v)  # the average of equal values
+
+    def fp32_sums(q, k, v):
+        p = torch.exp(q.float() @ k.float().transpose(-1, -2) / 4.0)
+        return ((p @ v.float()) / p.sum(-1, keepdim=True)).half()
+
+    def fp16_sums(q, k, v):  # acc held in fp16 between blocks of 32 keys
+        p = torch.exp(q.float() @ k.float().transpose(-1, -2) / 4.0)
+        acc = torch.zeros(1, 1, 120, 16, dtype=torch.float16)
+        for j in range(0, 120, 32):
+            acc = (acc.float() + p[..., j:j + 32] @ v[..., j:j + 32, :].float()).half()
+        return (acc.float() / p.sum(-1, keepdim=True)).half()
+
+    checks.check_attention_sums_fp32(fp32_sums, q, k, v, expected, rtol=1e-2, atol=1.0, label="a", isolate=False)
+    with pytest.raises(GradingError, match=r"reaches 1\.2e\+05 here, more than fp16's largest value, 65504.*fp16 "
+                                           r"accumulation"):
+        checks.check_attention_sums_fp32(fp16_sums, q, k, v, expected, rtol=1e-2, atol=1.0, label="a", isolate=False)
+    with pytest.raises(ValueError, match="within fp16's range"):  # 60 keys x 1000 = 60000 fits: not a probe
+        checks.check_attention_sums_fp32(fp32_sums, q[..., :60, :], k[..., :60, :], v[..., :60, :],
+                                         expected[..., :60, :], rtol=1e-2, atol=1.0, label="a", isolate=False)
