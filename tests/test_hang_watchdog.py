@@ -109,3 +109,18 @@ def test_grading_restarts_the_kernel_after_a_hang_in_a_call_from_a_grader_side_t
     hung = _text(got[2])
     assert "GPU kernel hung in spin" in hung and "only this cell's points are lost" in hung
     assert "x is back" in _text(got[3]) and not any(o.get("output_type") == "error" for o in got[3]["outputs"])
+
+
+@pytest.mark.slow
+def test_a_kernel_that_no_longer_answers_after_a_cell_timeout_is_ended_and_grading_goes_on(tmp_path):
+    """A call outside the checks (an ungraded benchmark cell, a test calling the kernel directly) that never
+    returns and ignores the interrupt, as a hung GPU kernel does: after the per-cell limit the grader asks the
+    kernel for a sign of life, ends it when none comes, and goes on in a fresh kernel."""
+    deaf = "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)  # as a thread waiting on a GPU\nwhile True:\n    pass"
+    _notebook(tmp_path, [("x = 41", None), (deaf, None), ("assert x + 1 == 42\nprint('x is back')", "test_after")])
+    t0 = time.monotonic()
+    got = _run_cells(tmp_path, {"notebook": "nb.ipynb", "timeout": 5,
+                                "error_on_timeout": {"ename": "CellTimeoutError", "evalue": ""}})  # as nbgrader sets it
+    assert "no longer answers after the interrupt" in _text(got[1]) and "only this cell's points" in _text(got[1])
+    assert "x is back" in _text(got[2]) and not any(o.get("output_type") == "error" for o in got[2]["outputs"])
+    assert time.monotonic() - t0 < 120

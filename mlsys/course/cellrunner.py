@@ -37,6 +37,23 @@ def _hung(cell: Any) -> bool:
     return any(MARK in str(o.get("text", "")) + str(o.get("evalue", "")) for o in cell.get("outputs", []))
 
 
+STUCK = ("GPU kernel hung, or a loop that ignores interrupts: the cell ran past the per-cell time limit of "
+         "{limit:g} s and the kernel no longer answers after the interrupt (a GPU kernel that never finishes cannot "
+         "be interrupted), so the grader ended it\n")
+
+
+def _stuck(client: Any, wait: float = 10.0) -> bool:
+    """After a cell timed out: True (and the kernel is ended) if the kernel does not answer within ``wait`` s."""
+    from jupyter_core.utils import run_sync
+
+    try:
+        run_sync(client.kc.wait_for_ready)(timeout=wait)
+        return False
+    except RuntimeError:
+        run_sync(client.km.shutdown_kernel)(now=True)
+        return True
+
+
 def _replay(client: Any, nb: Any, indices: list[int], nbformat: Any) -> None:
     """Run the cells ``indices`` again in a fresh kernel, outputs discarded: the state later cells need.
 
@@ -142,6 +159,10 @@ def main() -> int:
                                     o.get("output_type") == "error" and o.get("ename") == "CellTimeoutError" for o in cell.outputs):
                                 cell.outputs.append(nbformat.from_dict(error_output(
                                     "CellTimeoutError", f"the cell ran past the per-cell time limit of {limit:g} s and was interrupted")))
+                            if time.monotonic() - started >= limit and _stuck(client):
+                                cell.outputs.append(nbformat.from_dict({"output_type": "stream", "name": "stdout",
+                                                                        "text": STUCK.format(limit=limit)}))
+                                dead = True
                         except DeadKernelError:
                             dead = True
                         except Exception as exc:  # nbclient's own failures cost this cell, not the notebook
