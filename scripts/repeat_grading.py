@@ -82,14 +82,15 @@ def grade_lab(lab: str, n: int, tmp: Path, timeout: float) -> dict[str, Any]:
     root = course(tmp, lab, n)
     rows_dir = root / ".grading" / "rows" / lab
     loads: dict[str, list[float]] = {}
-    stop = threading.Event()
+    stop = threading.Semaphore(0)  # released when the grading has ended
 
     def watch() -> None:  # the load averages at the moment each row is stored
-        while not stop.is_set():
+        while True:
             if rows_dir.is_dir():
                 for p in rows_dir.glob("student*.json"):
                     loads.setdefault(p.stem, [round(x, 2) for x in os.getloadavg()])
-            stop.wait(1.0)
+            if stop.acquire(timeout=1.0):
+                return
 
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
@@ -100,7 +101,7 @@ def grade_lab(lab: str, n: int, tmp: Path, timeout: float) -> dict[str, Any]:
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True,
                           env=dict(os.environ, PYTHONPATH=str(REPO)))
     wall = time.monotonic() - t0
-    stop.set()
+    stop.release()
     watcher.join()
     gradings = []
     for i in range(n):

@@ -70,14 +70,14 @@ def watch(label: str, *, limit: float | None = None, heartbeat: float | None = N
         return
     limit = GPU_LIMIT if limit is None else limit
     heartbeat = HEARTBEAT if heartbeat is None else heartbeat
-    done = threading.Event()
+    done = threading.Semaphore(0)  # released when the body ends
     start = time.monotonic()
 
     def run() -> None:
         next_beat = start + heartbeat
         while True:
             now = time.monotonic()
-            if done.wait(max(0.0, min(next_beat, start + limit) - now)):
+            if done.acquire(timeout=max(0.0, min(next_beat, start + limit) - now)):
                 return
             now = time.monotonic()
             if now - start >= limit:
@@ -95,4 +95,4 @@ def watch(label: str, *, limit: float | None = None, heartbeat: float | None = N
     try:
         yield
     finally:
-        done.set()
+        done.release()
