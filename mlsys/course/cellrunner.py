@@ -170,8 +170,10 @@ def main() -> int:
                     restart = dead and _hung(cell) and len(lost) < MAX_RESTARTS
                     if dead and (restart or index not in in_grader):
                         cell.outputs.append(nbformat.from_dict(error_output("KernelDied", RESTARTED if restart else DIED)))
-                    emit({"index": index, "outputs": cell.outputs, "execution_count": cell.get("execution_count"),
-                          "status": "ok" if index in in_grader else status.get(index, "no reply")})
+                    grader_side = index in in_grader
+                    emit({"index": index, "outputs": cell.outputs,
+                          "execution_count": None if grader_side else cell.get("execution_count"),
+                          "status": "ok" if grader_side else status.get(index, "no reply")})
                     if restart:
                         lost.append(index)  # a fresh kernel goes on after this cell
                         break
