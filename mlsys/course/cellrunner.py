@@ -12,6 +12,11 @@ error are pointed at ``/dev/null`` and the process makes itself non-dumpable, so
 (the same user id, without capabilities) can neither write forged lines into the stream nor open
 this process's descriptors through ``/proc``. A cell's result is sent as soon as it finishes, so a
 kernel that dies, or a sandbox killed at its time limit, loses only the cells after it.
+
+A hang costs its own cell only: when the kernel was ended by :mod:`mlsys.course.watchdog` (a GPU
+kernel that never finished, the message holds :data:`mlsys.course.watchdog.MARK`), or no longer
+answers 10 s after a cell ran past its time limit (then it is ended here), a fresh kernel re-runs the
+cells before that one, outputs discarded, and the run goes on (at most :data:`MAX_RESTARTS` times).
 """
 
 from __future__ import annotations
