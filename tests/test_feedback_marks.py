@@ -43,3 +43,18 @@ def test_ungraded_perf_and_pending_written_cells_are_named_not_scored():
     assert "Not graded here (no GPU); 2.0 points <a href=\"#top\">" in page
     assert "Pending (graded by your teacher); 3.0 points <a href=\"#top\">" in page
 
+
+
+def test_a_written_answer_as_stored_in_a_notebook_file_is_pending_or_blank():
+    """As nbgrader writes an autograded notebook: source as a list of lines, with the release's checksum."""
+    from nbformat import from_dict
+    from nbgrader.utils import compute_checksum
+
+    blank = _cell("explain_gap", "YOUR ANSWER HERE", solution=True, points=3.0)
+    blank["metadata"]["nbgrader"]["checksum"] = compute_checksum(from_dict(blank))
+    answered = dict(blank, source=["The ring sends\n", "2(p-1)/p of the data."])
+    blank["source"] = ["YOUR ANSWER HERE"]
+    nb = {"cells": [answered], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    assert feedback_marks.ungraded_cells(nb) == {"explain_gap": feedback_marks.PENDING}
+    nb["cells"] = [blank]  # left blank: nbgrader's own 0, not "pending"
+    assert feedback_marks.ungraded_cells(nb) == {}

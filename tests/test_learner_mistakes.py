@@ -53,7 +53,7 @@ def _gid(cell: dict) -> str:
 class Mistake:
     lab: str
     name: str
-    cell: str  # grade_id of the solution cell edited
+    cell: str | tuple[str, ...]  # grade_id of the solution cell(s) edited; each edit applies to the one holding its text
     old: str | tuple[str, ...]  # text(s) of the instructor solution ...
     new: str | tuple[str, ...]  # ... replaced by the learner's mistake
     lost: frozenset[str]  # graded cells that must fail: the exercise's test cells
@@ -146,7 +146,20 @@ MISTAKES = [
     Mistake("lab5_attention", "running sums held in the input dtype (fp16)", "attend_blocks",
             "acc = tl.dot(p.to(v.dtype), v, acc)  # fp32 accumulation", "acc = (acc + tl.dot(p.to(v.dtype), v)).to(v.dtype)",
             frozenset({"test_attention_fp16_stable"}), r"running acc .*fp16 accumulation"),
+    # the same slip made in the program, not the loop: attend_blocks keeps whatever dtype acc arrives in (fp32 in the
+    # probe of attend_blocks alone, which it passes), and attention_kernel starts acc in the input dtype
+    Mistake("lab5_attention", "fp16 accumulator started in attention_kernel", ("attention_kernel", "attend_blocks"),
+            ("acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)", "acc = acc * alpha[:, None]",
+             "acc = tl.dot(p.to(v.dtype), v, acc)  # fp32 accumulation"),
+            ("acc = tl.zeros([BLOCK_M, HEAD_DIM], Q.dtype.element_ty)  # the output's dtype",
+             "acc = (acc * alpha[:, None]).to(acc.dtype)  # keep the dtype the program chose",
+             "acc = (acc + tl.dot(p.to(v.dtype), v)).to(acc.dtype)"),
+            frozenset({"test_attention_fp16_stable"}), r"acc = sum of p \* v reaches .* more than fp16's largest value, 65504.*fp16 accumulation"),
 ]
+
+
+def _cells(m: Mistake) -> tuple[str, ...]:
+    return (m.cell,) if isinstance(m.cell, str) else m.cell
 
 
 def _edits(m: Mistake) -> list[tuple[str, str]]:
@@ -164,7 +177,7 @@ def _groups() -> list[tuple[Mistake, ...]]:
     groups: list[list[Mistake]] = []
     for m in MISTAKES:
         for g in groups:
-            if g[0].lab == m.lab and all(o.cell != m.cell and not (o.lost & m.lost) for o in g):
+            if g[0].lab == m.lab and all(not set(_cells(o)) & set(_cells(m)) and not (o.lost & m.lost) for o in g):
                 g.append(m)
                 break
         else:
@@ -179,12 +192,11 @@ def _inject(mistakes: tuple[Mistake, ...], tmp: Path) -> Path:
     lab = mistakes[0].lab
     nb = json.loads(NOTEBOOKS[lab].read_text(encoding="utf-8"))
     for m in mistakes:
-        cell = next(c for c in nb["cells"] if _gid(c) == m.cell)
-        src = _src(cell)
+        cells = [c for c in nb["cells"] if _gid(c) in _cells(m)]
         for old, new in _edits(m):
-            assert src.count(old) == 1, f"{m.name}: the instructor solution no longer contains {old!r}"
-            src = src.replace(old, new)
-        cell["source"] = src
+            holding = [c for c in cells if _src(c).count(old) == 1]
+            assert len(holding) == 1, f"{m.name}: the instructor solution no longer contains {old!r} once"
+            holding[0]["source"] = _src(holding[0]).replace(old, new)
     path = tmp / f"{lab}.ipynb"
     path.write_text(json.dumps(nb), encoding="utf-8")
     return path
@@ -281,9 +293,10 @@ def test_every_hidden_block_imports_what_it_uses(lab):
 def test_the_corpus_edits_still_apply():
     """Each mistake's edit finds its text in the instructor solution (fast, so a renamed line is noticed)."""
     for m in MISTAKES:
-        cell = next(c for c in json.loads(NOTEBOOKS[m.lab].read_text(encoding="utf-8"))["cells"] if _gid(c) == m.cell)
+        cells = [c for c in json.loads(NOTEBOOKS[m.lab].read_text(encoding="utf-8"))["cells"] if _gid(c) in _cells(m)]
+        assert len(cells) == len(_cells(m)), f"{m.name}: a cell of {_cells(m)} is missing"
         for old, _ in _edits(m):
-            assert _src(cell).count(old) == 1, f"{m.name}: {old!r} not found once in {m.cell}"
+            assert sum(_src(c).count(old) for c in cells) == 1, f"{m.name}: {old!r} not found once in {m.cell}"
         cell_ids = {_gid(c) for c in json.loads(NOTEBOOKS[m.lab].read_text(encoding="utf-8"))["cells"]}
         assert m.lost <= cell_ids
 
@@ -432,3 +445,33 @@ def test_warnings_during_a_check_never_reach_stderr(capfd, isolate):
     checks.check_kernel(_warns, (torch.ones(3),), torch.ones(3), names=("x",), isolate=isolate)
     out, err = capfd.readouterr()
     assert err == "" and "a warning from the course's own code" in out  # nbgrader zeroes a cell on any stderr
+
+
+def test_attention_sums_check_names_fp16_accumulation():
+    torch = pytest.importorskip("torch")
+    from mlsys.course import checks
+    from mlsys.course.grading import GradingError
+
+    # q = k = 0: every score is 0, every weight exp(0 - 0) = 1, so acc = 120 keys x 1000 = 120000 > 65504
+    q = k = torch.zeros(1, 1, 120, 16, dtype=torch.float16)
+    v = torch.full((1, 1, 120, 16), 1000.0, dtype=torch.float16)
+    expected = v[:, :, :1].expand_as(v)  # the average of equal values
+
+    def fp32_sums(q, k, v):
+        p = torch.exp(q.float() @ k.float().transpose(-1, -2) / 4.0)
+        return ((p @ v.float()) / p.sum(-1, keepdim=True)).half()
+
+    def fp16_sums(q, k, v):  # acc held in fp16 between blocks of 32 keys
+        p = torch.exp(q.float() @ k.float().transpose(-1, -2) / 4.0)
+        acc = torch.zeros(1, 1, 120, 16, dtype=torch.float16)
+        for j in range(0, 120, 32):
+            acc = (acc.float() + p[..., j:j + 32] @ v[..., j:j + 32, :].float()).half()
+        return (acc.float() / p.sum(-1, keepdim=True)).half()
+
+    checks.check_attention_sums_fp32(fp32_sums, q, k, v, expected, rtol=1e-2, atol=1.0, label="a", isolate=False)
+    with pytest.raises(GradingError, match=r"reaches 1\.2e\+05 here, more than fp16's largest value, 65504.*fp16 "
+                                           r"accumulation"):
+        checks.check_attention_sums_fp32(fp16_sums, q, k, v, expected, rtol=1e-2, atol=1.0, label="a", isolate=False)
+    with pytest.raises(ValueError, match="within fp16's range"):  # 60 keys x 1000 = 60000 fits: not a probe
+        checks.check_attention_sums_fp32(fp32_sums, q[..., :60, :], k[..., :60, :], v[..., :60, :],
+                                         expected[..., :60, :], rtol=1e-2, atol=1.0, label="a", isolate=False)

@@ -12,6 +12,11 @@ error are pointed at ``/dev/null`` and the process makes itself non-dumpable, so
 (the same user id, without capabilities) can neither write forged lines into the stream nor open
 this process's descriptors through ``/proc``. A cell's result is sent as soon as it finishes, so a
 kernel that dies, or a sandbox killed at its time limit, loses only the cells after it.
+
+A hang costs its own cell only: when the kernel was ended by :mod:`mlsys.course.watchdog` (a GPU
+kernel that never finished, the message holds :data:`mlsys.course.watchdog.MARK`), or no longer
+answers 10 s after a cell ran past its time limit (then it is ended here), a fresh kernel re-runs the
+cells before that one, outputs discarded, and the run goes on (at most :data:`MAX_RESTARTS` times).
 """
 
 from __future__ import annotations
@@ -24,6 +29,48 @@ from typing import Any
 
 DIED = "the kernel died while running this cell (a crash such as an out-of-bounds access, os._exit or running out of memory)"
 NOT_RUN = "not run: the kernel died in an earlier cell ({where}); cells graded before it keep their points"
+RESTARTED = ("the kernel was ended in this cell because a GPU kernel hung (the message above); the grader started a "
+             "fresh kernel, ran the cells before this one again and went on: only this cell's points are lost")
+MAX_RESTARTS = 3
+"""Hung cells after which the grader stops restarting the kernel (each restart re-runs the cells before)."""
+
+
+def _hung(cell: Any) -> bool:
+    """Whether the cell's outputs hold the watchdog's message (:data:`mlsys.course.watchdog.MARK`)."""
+    from .watchdog import MARK
+
+    return any(MARK in str(o.get("text", "")) + str(o.get("evalue", "")) for o in cell.get("outputs", []))
+
+
+STUCK = ("GPU kernel hung, or a loop that ignores interrupts: the cell ran past the per-cell time limit of "
+         "{limit:g} s and the kernel no longer answers after the interrupt (a GPU kernel that never finishes cannot "
+         "be interrupted), so the grader ended it\n")
+
+
+def _stuck(client: Any, wait: float = 10.0) -> bool:
+    """After a cell timed out: True (and the kernel is ended) if the kernel does not answer within ``wait`` s."""
+    from jupyter_core.utils import run_sync
+
+    try:
+        run_sync(client.kc.wait_for_ready)(timeout=wait)
+        return False
+    except RuntimeError:
+        run_sync(client.km.shutdown_kernel)(now=True)
+        return True
+
+
+def _replay(client: Any, nb: Any, indices: list[int], nbformat: Any) -> None:
+    """Run the cells ``indices`` again in a fresh kernel, outputs discarded: the state later cells need.
+
+    Each cell runs as a copy, so the outputs already sent for it stand; a cell that fails now fails
+    quietly (its own outcome was recorded the first time)."""
+    for i in indices:
+        copy = nbformat.from_dict(dict(nb.cells[i], outputs=[]))
+        try:
+            client.execute_cell(copy, i)
+        except Exception as exc:  # noqa: BLE001 - DeadKernelError included: the next cell's run reports it
+            if type(exc).__name__ == "DeadKernelError":
+                raise
 
 
 def _private_stdout() -> Any:
@@ -107,37 +154,56 @@ def main() -> int:
                 return
             testcells.run_test_cell(str(course_cells.pop(0).get("source", "")), course, rpc, grader_only=grader_only,
                                     learner_names=learner_names, filename="<course cell>")
+
+    order = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and i not in skip]
+    lost: list[int] = []  # cells in which a kernel died: each costs its own points only (see _replay)
+    pos = 0
     try:
-        with client.setup_kernel():
-            for index, cell in enumerate(nb.cells):
-                if cell.cell_type != "code" or index in skip:
-                    continue
-                if died is not None:
-                    emit({"index": index, "outputs": [error_output("KernelDied", NOT_RUN.format(where=f"cell {died}"))],
-                          "execution_count": None})
-                    continue
-                if index in in_grader:
-                    run_course_cells(str((cell.metadata.get("nbgrader", {}) or {}).get("grade_id", "")))
-                    cell.outputs = [nbformat.from_dict(o) for o in testcells.run_test_cell(
-                        cell.source, course, rpc, grader_only=grader_only, learner_names=learner_names)]
-                    if any(o.get("ename") == "DeadKernelError" for o in cell.outputs):
+        while pos < len(order):
+            with client.setup_kernel():
+                if lost:
+                    _replay(client, nb, [i for i in order[:pos] if i not in lost and i not in in_grader], nbformat)
+                for index in order[pos:]:
+                    pos += 1
+                    cell = nb.cells[index]
+                    if died is not None:
+                        emit({"index": index, "outputs": [error_output("KernelDied", NOT_RUN.format(where=f"cell {died}"))],
+                              "execution_count": None})
+                        continue
+                    dead = False
+                    if index in in_grader:
+                        run_course_cells(str((cell.metadata.get("nbgrader", {}) or {}).get("grade_id", "")))
+                        cell.outputs = [nbformat.from_dict(o) for o in testcells.run_test_cell(
+                            cell.source, course, rpc, grader_only=grader_only, learner_names=learner_names)]
+                        dead = any(o.get("ename") == "DeadKernelError" for o in cell.outputs)
+                    else:
+                        started = time.monotonic()
+                        try:
+                            client.execute_cell(cell, index)
+                            if time.monotonic() - started >= limit and not any(
+                                    o.get("output_type") == "error" and o.get("ename") == "CellTimeoutError" for o in cell.outputs):
+                                cell.outputs.append(nbformat.from_dict(error_output(
+                                    "CellTimeoutError", f"the cell ran past the per-cell time limit of {limit:g} s and was interrupted")))
+                            if time.monotonic() - started >= limit and _stuck(client):
+                                cell.outputs.append(nbformat.from_dict({"output_type": "stream", "name": "stdout",
+                                                                        "text": STUCK.format(limit=limit)}))
+                                dead = True
+                        except DeadKernelError:
+                            dead = True
+                        except Exception as exc:  # nbclient's own failures cost this cell, not the notebook
+                            cell.outputs.append(nbformat.from_dict(error_output(type(exc).__name__, str(exc)[:500])))
+                    restart = dead and _hung(cell) and len(lost) < MAX_RESTARTS
+                    if dead and (restart or index not in in_grader):
+                        cell.outputs.append(nbformat.from_dict(error_output("KernelDied", RESTARTED if restart else DIED)))
+                    grader_side = index in in_grader
+                    emit({"index": index, "outputs": cell.outputs,
+                          "execution_count": None if grader_side else cell.get("execution_count"),
+                          "status": "ok" if grader_side else status.get(index, "no reply")})
+                    if restart:
+                        lost.append(index)  # a fresh kernel goes on after this cell
+                        break
+                    if dead:
                         died = index
-                    emit({"index": index, "outputs": cell.outputs, "execution_count": None, "status": "ok"})
-                    continue
-                started = time.monotonic()
-                try:
-                    client.execute_cell(cell, index)
-                    if time.monotonic() - started >= limit and not any(
-                            o.get("output_type") == "error" and o.get("ename") == "CellTimeoutError" for o in cell.outputs):
-                        cell.outputs.append(nbformat.from_dict(error_output(
-                            "CellTimeoutError", f"the cell ran past the per-cell time limit of {limit:g} s and was interrupted")))
-                except DeadKernelError:
-                    died = index
-                    cell.outputs.append(nbformat.from_dict(error_output("KernelDied", DIED)))
-                except Exception as exc:  # nbclient's own failures cost this cell, not the notebook
-                    cell.outputs.append(nbformat.from_dict(error_output(type(exc).__name__, str(exc)[:500])))
-                emit({"index": index, "outputs": cell.outputs, "execution_count": cell.get("execution_count"),
-                      "status": status.get(index, "no reply")})
     except DeadKernelError:
         died = -1 if died is None else died
     except Exception as exc:  # the kernel did not start, say why

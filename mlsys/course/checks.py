@@ -18,7 +18,9 @@ kernel did outside them, with index ranges:
   computation (CPU time: a busy laptop slows honest work without using it up) or :data:`WALL_LIMIT`
   seconds of waiting, with a "still running" line every :data:`HEARTBEAT` seconds; on a GPU a fork
   would lose the CUDA context, so the call runs in place and an illegal memory access is reported as
-  such (the CUDA context is then lost for the rest of the run).
+  such (the CUDA context is then lost for the rest of the run), and a kernel that never finishes
+  ends the process after :data:`mlsys.course.watchdog.GPU_LIMIT` seconds with a message naming the
+  check (:mod:`mlsys.course.watchdog`; at grading the kernel is restarted and only that cell is lost).
 
 Warnings raised while a check runs are printed on stdout: nbgrader scores a test cell that writes
 to stderr as failed, and the course's own warnings must never cost points.
@@ -32,7 +34,8 @@ own measured time: ms taken as seconds, MACs for FLOPs; nothing is timed again),
 (:func:`check_ring`, which names a dtype slip, an invalid rank, a step count, chunk indices or an
 unfinished request through :func:`diagnose_ring`; :func:`check_dp`) and Lab 5's online softmax
 (:func:`check_scores_far_below_zero` for the initial max, :func:`check_running_sums_fp32` for fp16
-accumulation, :func:`in_zero_padding` so one mistake is charged to one check).
+accumulation in the inner loop, :func:`check_attention_sums_fp32` for it anywhere in the kernel,
+:func:`in_zero_padding` so one mistake is charged to one check).
 :func:`assert_plausible_rate` (a rate against a fresh timing) is kept for callers outside the labs.
 
 Every check raises :class:`mlsys.course.grading.GradingError` with a message that names the mistake.
@@ -48,6 +51,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..runtime.device import has_cuda
+from . import watchdog
 from .grading import GradingError, assert_close, run_isolated
 from .proxy import HARNESS, RemoteFunction, zero_padded
 
@@ -74,6 +78,8 @@ __all__ = [
     "check_dp",
     "check_scores_far_below_zero",
     "check_running_sums_fp32",
+    "check_attention_sums_fp32",
+    "FP16_MAX",
     "in_zero_padding",
     "calls_of",
     "running_sums_probe",
@@ -542,6 +548,13 @@ HEARTBEAT = 15.0
 """Seconds between the "still running" lines a long guarded call prints on stdout."""
 
 
+def _runs_here_on_gpu(fn: Callable[..., Any]) -> bool:
+    """True when calling ``fn`` runs a kernel on a GPU in this process, where only :mod:`.watchdog` can end
+    a kernel that never finishes. A handle to a function of the learner's kernel (:mod:`.proxy`, when a
+    test cell runs in the grader) runs elsewhere: the learner's kernel watches its own calls."""
+    return has_cuda() and type(fn).__module__ != "mlsys.course.proxy"
+
+
 def run_guarded(fn: Callable[..., Any], inputs: Sequence[Any], *, names: Sequence[str] | None = None,
                 output_names: Sequence[str] = ("the output",), row_gap: int = 0, isolate: bool | None = None,
                 timeout: float = WALL_LIMIT, cpu_limit: float = CPU_LIMIT, label: str | None = None,
@@ -565,7 +578,8 @@ def run_guarded(fn: Callable[..., Any], inputs: Sequence[Any], *, names: Sequenc
     if isolate is None:
         isolate = not has_cuda()
     if not isolate:
-        out = _quiet_call(fn, inputs, names, output_names, row_gap, kwargs, label)
+        with watchdog.watch(label, active=_runs_here_on_gpu(fn)):
+            out = _quiet_call(fn, inputs, names, output_names, row_gap, kwargs, label)
         _show_warnings(out)
         return out
     try:
@@ -1094,6 +1108,38 @@ def check_dp(step_fn: Callable[..., Any], world_sizes: Sequence[int], batch: int
 # online softmax (Lab 5)
 
 
+def _plain_call(fn: Callable[..., Any], inputs: Sequence[Any], label: str, isolate: bool | None) -> Any:
+    """``fn(*inputs)`` on copies in zero-filled memory (:func:`in_zero_padding`), in a child process on a CPU
+    (a crash or an endless loop costs this check only; on a GPU under :mod:`.watchdog`); a learner's
+    exception becomes a :class:`GradingError`. A function of the learner's kernel (a test cell run in the
+    grader) is called there through :func:`worker_call_checked`, and only its plain result comes back."""
+    torch = _torch()
+    inputs = [in_zero_padding(t) if isinstance(t, torch.Tensor) else t for t in inputs]
+    if isinstance(fn, RemoteFunction):
+        reply = fn.run_helper("call_checked", *inputs, isolate=isolate, label=label)
+        if not isinstance(reply, dict) or not isinstance(reply.get("error", ""), str):
+            raise GradingError(f"{label}: the notebook's kernel sent back a malformed reply")
+        if reply.get("error"):
+            raise GradingError(reply["error"])
+        return reply.get("result")
+    return worker_call_checked(fn, *inputs, isolate=isolate, label=label, _raise=True)["result"]
+
+
+def _mismatch(result: Any, expected: Any, *, rtol: float, atol: float, label: str) -> str | None:
+    """What is wrong with ``result`` ("12 of 640 outputs NaN/Inf", "max abs error ..."), or None if it is right."""
+    torch = _torch()
+    if type(result) is not torch.Tensor:  # exactly: a subclass or a look-alike could answer the checks' reads
+        raise GradingError(f"{label}: expected a tensor, found {type(result).__name__}")
+    nonfinite = int((~torch.isfinite(result.float())).sum())
+    if nonfinite:
+        return f"{nonfinite} of {result.numel()} outputs NaN/Inf"
+    try:
+        assert_close(result, expected, rtol=rtol, atol=atol, name=label)
+    except GradingError as exc:
+        return str(exc).split(": ", 1)[-1]
+    return None
+
+
 def check_scores_far_below_zero(fn: Callable[..., Any], inputs: Sequence[Any], expected: Any, *,
                                 lowest_score: float, rtol: float, atol: float, label: str,
                                 isolate: bool | None = None) -> Any:
@@ -1104,35 +1150,66 @@ def check_scores_far_below_zero(fn: Callable[..., Any], inputs: Sequence[Any], e
     underflows to 0, the running sum stays 0 and the output is 0 / 0 (NaN) or garbage. The inputs
     are copied into zero-filled memory (:func:`in_zero_padding`), so a read past their end (charged by
     the guarded checks) does not cost this check too; on a CPU the call runs in a child process.
+
+    Scores of size ``|lowest_score|`` carry fp32 rounding of a few units in the last place, about
+    ``|lowest_score| x 2^-22`` (the kernel's and the reference's differently), and exp turns that
+    absolute error into a relative error of each weight. So the check allows at least
+    ``|lowest_score| x 2^-20 x max|expected|`` of absolute error (4e-4 at a score of -204 and outputs
+    of 2): honest kernels differ from the reference by about 1e-5 here, while a running max that starts
+    at 0 gives NaN or outputs off by their own size.
     """
     torch = _torch()
-    inputs = [in_zero_padding(t) if isinstance(t, torch.Tensor) else t for t in inputs]
-    if isinstance(fn, RemoteFunction):  # a test cell in the grader: the call runs in the learner's kernel
-        reply = fn.run_helper("call_checked", *inputs, isolate=isolate, label=label)
-        if not isinstance(reply, dict) or not isinstance(reply.get("error", ""), str):
-            raise GradingError(f"{label}: the notebook's kernel sent back a malformed reply")
-        if reply.get("error"):
-            raise GradingError(reply["error"])
-        result = reply.get("result")
-    else:
-        result = worker_call_checked(fn, *inputs, isolate=isolate, label=label, _raise=True)["result"]
+    if isinstance(expected, torch.Tensor) and expected.numel():
+        atol = max(atol, abs(lowest_score) * 2.0 ** -20 * float(expected.abs().max()))
+    result = _plain_call(fn, inputs, label, isolate)
     if type(result) is not torch.Tensor:
         raise GradingError(f"{label}: expected a tensor, found {type(result).__name__}")
-    nonfinite = int((~torch.isfinite(result.float())).sum())
-    if nonfinite:
-        found = f"{nonfinite} of {result.numel()} outputs NaN/Inf"
-    else:
-        try:
-            assert_close(result, expected, rtol=rtol, atol=atol, name=label)
-            return result
-        except GradingError as exc:
-            found = str(exc).split(": ", 1)[-1]
+    found = _mismatch(result, expected, rtol=rtol, atol=atol, label=label)
+    if found is None:
+        return result
     raise GradingError(
         f"{label}: every score is far below zero (down to about {lowest_score:.0f}); expected the softmax-weighted "
         f"average of V as usual, found {found}. Likely cause: the running max starts at 0 instead of -inf (or "
         "the scores are not shifted by it). With m = 0, exp(s - m) underflows to 0 for every key, the running sum "
         "l stays 0 and the output is 0 / 0. Start it at -inf (tl.full([BLOCK_M], float(\"-inf\"), tl.float32)): "
         "the first block then sets it to its own max")
+
+
+FP16_MAX = 65504.0
+"""The largest finite fp16 value, (2 - 2^-10) x 2^15."""
+
+
+def check_attention_sums_fp32(fn: Callable[..., Any], q: Any, k: Any, v: Any, expected: Any, *, rtol: float,
+                              atol: float, label: str, isolate: bool | None = None) -> Any:
+    """Run ``fn(q, k, v)`` on fp16 inputs whose running sum acc passes fp16's range; fail naming fp16 accumulation.
+
+    Before the final division, acc = sum_j exp(s_j - max_j s_j) v_j per query row and column (s =
+    q k^T / sqrt(D)). The check first works that sum out in float64 from the inputs and refuses
+    inputs where it stays below :data:`FP16_MAX`. A kernel that keeps acc in fp32 from its
+    ``tl.zeros`` in the program through every block is right here. One that holds acc in fp16
+    anywhere (its initial dtype in the kernel, a cast back to the input dtype in the loop, an fp16
+    ``out_dtype`` of ``tl.dot``) overflows to inf: every key adds to the sum, which cannot be
+    rescaled below its final value. Inputs sit in zero-filled memory; on a CPU the call runs in a child
+    process (:func:`_plain_call`).
+    """
+    torch = _torch()
+    s = q.double() @ k.double().transpose(-1, -2) / math.sqrt(q.shape[-1])
+    sums = torch.exp(s - s.amax(-1, keepdim=True)) @ v.double()
+    largest = float(sums.abs().max())
+    if largest <= FP16_MAX:
+        raise ValueError(f"{label}: the inputs' largest unnormalised sum is {largest:.4g}, within fp16's range; "
+                         f"choose values or a length that take it past {FP16_MAX:g}")
+    result = _plain_call(fn, (q, k, v), label, isolate)
+    found = _mismatch(result, expected, rtol=rtol, atol=atol, label=label)
+    if found is None:
+        return result
+    raise GradingError(
+        f"{label}: expected the softmax-weighted average of V (values up to {float(v.abs().max()):g}, so outputs "
+        f"of that size), found {found}. Before the division by l, acc = sum of p * v reaches {largest:.3g} here, "
+        f"more than fp16's largest value, {FP16_MAX:g}: acc is held in fp16 somewhere (fp16 accumulation), in "
+        "attention_kernel's tl.zeros, in a cast back to the input dtype inside the loop, or in tl.dot's out_dtype. "
+        "Keep acc, l and m in fp32 (tl.float32) from attention_kernel through attend_blocks, convert only the block "
+        "of probabilities p to V's dtype for tl.dot, and convert the output to O's dtype only when you store it")
 
 
 def check_running_sums_fp32(acc_from_0: Any, l_from_0: Any, acc_from_big: Any, l_from_big: Any, *, big: float,
@@ -1187,7 +1264,10 @@ def worker_call_checked(fn: Callable[..., Any], *inputs: Any, isolate: bool | No
                 result = result[1]
             result = _unpack(result)
         else:
-            result = fn(*inputs)
+            with watchdog.watch(label, active=_runs_here_on_gpu(fn)):
+                result = fn(*inputs)
+                if has_cuda():
+                    _torch().cuda.synchronize()  # a hung kernel is waited for here, under the watchdog
     except GradingError as exc:
         msg = f"{label}: {exc}"
     except Exception as exc:  # the learner's code

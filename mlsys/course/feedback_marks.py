@@ -47,7 +47,9 @@ def ungraded_cells(graded_nb: dict[str, Any]) -> dict[str, str]:
         if gid.startswith("perf_") and NOT_GRADED in _text(cell):
             out[gid] = NOT_HERE
         elif is_solution(from_dict(cell)):
-            score, _ = determine_grade(from_dict(cell))
+            # a notebook file keeps a cell's source as a list of lines; nbgrader's checksum wants one string
+            src = cell.get("source", "")
+            score, _ = determine_grade(from_dict(dict(cell, source="".join(src) if isinstance(src, list) else src)))
             if score is None:
                 out[gid] = PENDING
     return out

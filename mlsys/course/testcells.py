@@ -32,7 +32,7 @@ import re
 import secrets
 from typing import Any
 
-from . import proxy
+from . import proxy, watchdog
 
 __all__ = ["Rpc", "GraderNamespace", "course_imports", "answer_definitions", "run_test_cell", "grader_cells",
            "grader_only_names", "answer_names"]
@@ -92,7 +92,13 @@ class Rpc:
         code = (f"__import__('mlsys.course.worker', fromlist=['serve']).serve(globals(), "
                 f"{json.dumps(json.dumps(req))}, {rid!r})")
         cell = self.nbformat.v4.new_code_cell(code)
-        self.client.execute_cell(cell, 0, store_history=False)
+        try:
+            self.client.execute_cell(cell, 0, store_history=False)
+        except Exception as exc:  # the kernel died: say so with the watchdog's words if it ended a hung GPU kernel
+            hung = [str(o.get("text", "")).strip() for o in cell.outputs if watchdog.MARK in str(o.get("text", ""))]
+            if hung:
+                raise type(exc)(hung[-1].splitlines()[-1]) from None
+            raise
         for out in cell.outputs:
             reply = (out.get("data") or {}).get(proxy.RPC_MIME) if out.get("output_type") == "display_data" else None
             if isinstance(reply, dict) and reply.get("id") == rid:
