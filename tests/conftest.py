@@ -145,25 +145,23 @@ def graded_lab(tmp_path_factory):
 
 # ------------------------------------------------------------------------------------------------
 # Running on several workers (pytest-xdist, `make test`): a session fixture is built once per worker,
-# so every test that uses one of the expensive session fixtures above runs on the same worker (an
-# ``xdist_group``, honoured by ``--dist loadgroup``): each lab is graded once, each lab's kernels are
-# executed once. A test that uses ``graded_lab`` names its lab as the parameter ``lab``, so its group
-# is known before it runs. The slow tests are sent first, so no long test starts last while the other
-# worker has nothing left to do.
-
-SHARED_FIXTURES = ("lab2_kernels", "lab3_kernels", "lab5_kernels")
+# so every test that uses a lab's graded course runs on the worker that grades it (an ``xdist_group``,
+# honoured by ``--dist loadgroup``): each lab is still graded once per run. A test that uses
+# ``graded_lab`` names its lab as the parameter ``lab``, so its group is known before it runs. (The
+# labs' kernels are not grouped: executing their cells costs about 1 s of CPU per worker.) The slow
+# tests are sent first, so that no long test starts last while the other worker has nothing left to do.
 
 
 def xdist_group_of(item: pytest.Item) -> str | None:
-    """The worker group of ``item``: its graded lab, or the kernels fixture it uses, or None."""
-    if "graded_lab" in item.fixturenames:
-        params = getattr(item, "callspec", None)
-        lab = params.params.get("lab") if params else None
-        if not isinstance(lab, str):
-            raise pytest.UsageError(f"{item.nodeid} uses graded_lab: it must take its lab as the parameter `lab` "
-                                    "(@pytest.mark.parametrize(\"lab\", [...])), so its worker group is known")
-        return f"graded-{lab}"
-    return next((name for name in SHARED_FIXTURES if name in item.fixturenames), None)
+    """The worker group of ``item``: ``graded-<lab>`` for a test of a lab's graded course, else None."""
+    if "graded_lab" not in item.fixturenames:
+        return None
+    params = getattr(item, "callspec", None)
+    lab = params.params.get("lab") if params else None
+    if not isinstance(lab, str):
+        raise pytest.UsageError(f"{item.nodeid} uses graded_lab: it must take its lab as the parameter `lab` "
+                                "(@pytest.mark.parametrize(\"lab\", [...])), so its worker group is known")
+    return f"graded-{lab}"
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
