@@ -37,9 +37,13 @@ book: $(STAMP)
 
 # Every test once (chapters are executed by tests/test_book.py, or taken from a fresh book build's cache;
 # the nbgrader pipeline runs for real; the browser test runs where a built book exists).
+# Two pytest-xdist workers (the CI machine's 2 cores; TEST_WORKERS=N on a bigger machine): tests that
+# share a session's expensive work (a lab's graded course, the Slurm node) stay on one
+# worker (--dist loadgroup, groups set in tests/conftest.py). The 20 slowest tests are listed at the end.
+TEST_WORKERS ?= 2
 test: $(STAMP)
 	$(BIN)/ruff check mlsys tests
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=20
 
 # Every test of tests/ but the slow ones (a test that takes over ~2 s of CPU is marked @pytest.mark.slow);
 # no test file executes a notebook at import (the labs' kernels are session fixtures in tests/conftest.py).

@@ -52,6 +52,25 @@ def test_budget_grows_the_repeats():
     assert t.repeats == 10
 
 
+def test_budget_counts_the_flush_before_each_call(monkeypatch):
+    """A CPU flush (here one that sleeps 10 ms) before a call timed at 1 ms: a 0.1 s budget holds at most
+    0.1 / (0.010 + 0.001) = 9 iterations, not the 0.1 / 0.001 = 100 the call's time alone would allow."""
+    import time
+
+    from mlsys.bench import timing
+
+    class SlowFlush:
+        nbytes = 1
+
+        def __call__(self) -> None:
+            time.sleep(0.010)
+
+    monkeypatch.setattr(timing, "_CPU_FLUSHER", [SlowFlush()])
+    t = time_cpu(lambda: None, what="x", repeats=3, warmup=0, flush=True, budget_s=0.1,
+                 timer=fake_clock([0.001] * 200))
+    assert 3 <= t.repeats <= 9
+
+
 def test_choose_repeats_clamps():
     assert choose_repeats(0.01, 1.0, 5, 50) == 50   # 100 fit, capped at 50
     assert choose_repeats(0.5, 1.0, 5, 50) == 5     # 2 fit, raised to 5

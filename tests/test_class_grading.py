@@ -220,6 +220,7 @@ def _check_awkward_rows(report: dict[str, dict]) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("slurm")  # one Slurm node of 2 CPUs: one test at a time
 def test_local_and_slurm_grading_give_the_same_csv(tmp_path):
     """Three awkward honest submissions graded locally (2 at a time) and as a Slurm job array: the
     same grades.csv byte for byte, every row graded in full, feedback under the real names. The
@@ -244,6 +245,7 @@ def test_local_and_slurm_grading_give_the_same_csv(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("slurm")  # one Slurm node of 2 CPUs: one test at a time
 def test_slurm_task_that_fails_is_reported_with_its_reason(tmp_path):
     """A task that ends without its row (here: cancelled as soon as it is queued) leaves a pending row
     whose reason names the task and its state; the next run grades it."""

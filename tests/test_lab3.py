@@ -310,42 +310,17 @@ def test_softmax_that_reads_its_row_twice_is_caught():
 # ------------------------------------------------------------------------------ graded end to end (mlsys.course.teach)
 
 
-def _with_solutions(cells: list[dict], answers: dict[str, str]) -> list[dict]:
-    """Replace the solution region of the cells named in ``answers`` by that code."""
-    pattern = re.compile(r"^([ \t]*)### BEGIN SOLUTION.*?### END SOLUTION[^\n]*", re.S | re.M)
-    out = []
-    for cell in cells:
-        cell = dict(cell)
-        gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
-        if gid in answers:
-            cell["source"] = pattern.sub(lambda m, a=answers[gid]: m.group(1) + a, _source(cell))
-        out.append(cell)
-    return out
-
-
 @pytest.mark.slow
-def test_grading_a_kernel_cell_that_calls_torch_ops(tmp_path):
+@pytest.mark.parametrize("lab", ["lab3_fusion"])  # graded_lab's worker group (tests/conftest.py)
+def test_grading_a_kernel_cell_that_calls_torch_ops(lab, graded_lab):
     """Graded by nbgrader through mlsys.course.teach: a submission whose launchers call PyTorch's ops instead
     of the Triton kernels loses those two tests (4 + 4 points) and keeps the others:
-    2 (predict) + 2 (count kernels) + 2 (stable softmax) = 6 of 14. (The instructor version and the
-    untouched release are graded by the pipeline's own tests.)"""
-    import shutil
-
-    from mlsys.course import teach
-
-    root = tmp_path / "labs"
-    (root / "source").mkdir(parents=True)
-    shutil.copy(REPO / "labs" / "nbgrader_config.py", root / "nbgrader_config.py")
-    shutil.copytree(NOTEBOOK.parent, root / "source" / "lab3_fusion")
-    nb = json.loads(NOTEBOOK.read_text(encoding="utf-8"))
-    cheat = dict(nb, cells=_with_solutions(nb["cells"], {
-        "fused_elementwise": "out = torch.relu(x) * scale + shift",
-        "fused_softmax": "out = torch.softmax(x, dim=-1)",
-    }))
-    d = root / "submitted" / "torch_ops" / "lab3_fusion"
-    d.mkdir(parents=True)
-    (d / "lab3_fusion.ipynb").write_text(json.dumps(cheat), encoding="utf-8")
-    (row,) = teach.grade(root, timeout=600, feedback=False, verbose=False)
+    2 (predict) + 2 (count kernels) + 2 (stable softmax) = 6 of 14. It is the student ``torch_ops`` of the
+    lab's one graded course (tests/conftest.py's EDITED: the instructor notebook with ``fused_elementwise``
+    and ``fused_softmax`` answered by ``torch.relu(x) * scale + shift`` and ``torch.softmax(x, dim=-1)``);
+    the instructor version and the untouched release beside it are checked by the pipeline's own tests."""
+    _, rows = graded_lab(lab)
+    row = rows["torch_ops"]
     assert row.status == "ok" and row.correctness_max == 14, row
     assert row.correctness_score == 6, row
     if not grading.has_cuda():

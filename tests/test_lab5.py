@@ -302,10 +302,11 @@ def test_recorded_h100_run_meets_the_targets():
 
 
 @pytest.mark.slow
-def test_bad_submissions_lose_the_right_points(graded_lab):
+@pytest.mark.parametrize("lab", ["lab5_attention"])  # graded_lab's worker group (tests/conftest.py)
+def test_bad_submissions_lose_the_right_points(lab, graded_lab):
     """nbgrader through mlsys.course.teach: instructor full marks, untouched release zero, the
     corpus as in expected.json (the lab's one graded course of the session, tests/conftest.py)."""
-    _, rows = graded_lab("lab5_attention")
+    _, rows = graded_lab(lab)
     expected = json.loads((CORPUS / "expected.json").read_text())
     expected["instructor"] = {"status": "ok", "correctness_score": 19, "correctness_max": 19}
     expected["untouched"] = {"status": "ok", "correctness_score": 0, "correctness_max": 19}

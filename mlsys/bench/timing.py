@@ -188,7 +188,10 @@ def time_cpu(
 
     With ``flush``, a buffer of ``max(2 * largest CPU cache, 64 MiB)`` is written before each
     timed call, so no call finds its inputs in cache. With ``budget_s``, the repeat count grows
-    from ``repeats`` up to ``max_repeats`` to fill about ``budget_s`` seconds of timed calls.
+    from ``repeats`` up to ``max_repeats`` to fill about ``budget_s`` seconds of timing: the first
+    timed call and the flush before it (``time.perf_counter``) set the pace, since on a CPU the
+    flush (tens of ms) can cost far more than a small call (a 1000-element copy timed 1000 times,
+    each after a 64 MiB flush, took tens of seconds where 0.1 s was asked for).
     ``check(result)`` runs on the last call's result after timing and must not return
     ``False`` (it may also raise).
     """
@@ -207,14 +210,17 @@ def time_cpu(
     times: list[float] = []
     target = repeats
     while len(times) < target:
+        flush_s = 0.0
         if flusher is not None:
+            f0 = time.perf_counter()
             flusher()
+            flush_s = time.perf_counter() - f0
         t0 = timer()
         result = fn()
         t1 = timer()
         times.append(t1 - t0)
         if budget_s is not None and len(times) == 1:
-            target = choose_repeats(times[0], budget_s, repeats, max_repeats)
+            target = choose_repeats(times[0] + flush_s, budget_s, repeats, max_repeats)
     _run_check(check, result, what)
     return Timing(what, "time.perf_counter around each call", tuple(times), warmup,
                   flush_text, per_call)
