@@ -192,8 +192,6 @@ def test_no_chapter_hides_model_code(path):
 
 SLUGS = sorted(p.name for p in (ROOT / "data" / "measurements").iterdir() if p.is_dir())
 LAB_PAGES = sorted((ROOT / "labs" / "source").glob("*/*.ipynb"))
-#: labs/source is being rewritten by other work in this session; these labs still type a slug
-_LABS_WITH_SLUGS = {"lab4_collectives", "lab5_attention"}
 
 
 def slug_literals(text: str) -> list[str]:
@@ -213,9 +211,7 @@ def test_no_device_slug_typed_in_a_chapter(path):
                        "SECOND_DEVICE, reference() / second() and recorded_in()")
 
 
-@pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.xfail(
-    p.stem in _LABS_WITH_SLUGS, strict=True, reason="labs/source owned by another helper this session"))
-    for p in LAB_PAGES], ids=[p.stem for p in LAB_PAGES])
+@pytest.mark.parametrize("path", LAB_PAGES, ids=[p.stem for p in LAB_PAGES])
 def test_no_device_slug_typed_in_a_lab(path):
     import json
 
