@@ -37,10 +37,11 @@ book: $(STAMP)
 
 # Every test once (chapters are executed by tests/test_book.py, or taken from a fresh book build's cache;
 # the nbgrader pipeline runs for real; the browser test runs where a built book exists).
-# Two pytest-xdist workers (the CI machine's 2 cores; TEST_WORKERS=N on a bigger machine): tests that
+# Three pytest-xdist workers (on the CI machine's 2 cores about a third of the test time is waiting, which a
+# third worker fills; TEST_WORKERS=N on a bigger machine): tests that
 # share a session's expensive work (a lab's graded course, the Slurm node) stay on one
 # worker (--dist loadgroup, groups set in tests/conftest.py). The 20 slowest tests are listed at the end.
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= 3
 test: $(STAMP)
 	$(BIN)/ruff check mlsys tests
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=20

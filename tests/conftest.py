@@ -14,8 +14,8 @@ settings.register_profile("ci", derandomize=True, print_blob=True)
 settings.register_profile("explore", derandomize=False, print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
-# Under pytest-xdist (`make test` runs `pytest -n 2`), each worker's own threads get its share of the
-# cores, so two workers' torch/BLAS pools do not oversubscribe a 2-core machine. Grading slots set
+# Under pytest-xdist (`make test` runs `pytest -n 3`), each worker's own threads get its share of the
+# cores (at least one), so the workers' torch/BLAS pools do not oversubscribe a 2-core machine. Grading slots set
 # their own thread counts (mlsys.course.slots) and are not affected.
 if os.environ.get("PYTEST_XDIST_WORKER"):
     _share = max(1, len(os.sched_getaffinity(0)) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
