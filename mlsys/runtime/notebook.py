@@ -73,8 +73,24 @@ def code_cells(notebook: str | Path) -> list[Cell]:
     return cells
 
 
+def source_filename(filename: str, source: str) -> str:
+    """``filename`` for :mod:`linecache`, or ``filename`` with a digest of ``source`` when that name
+    already holds other source: a function's source is read back through linecache (``inspect``,
+    tracebacks, and Triton's interpreter, which re-parses a kernel from it at every launch), so a second
+    notebook with the same cell names (a student copy beside the instructor's) must not replace the
+    first one's text under functions already defined from it."""
+    import hashlib
+
+    held = linecache.cache.get(filename)
+    if held is None or held[2] == source.splitlines(True):
+        return filename
+    digest = hashlib.sha1(source.encode("utf-8")).hexdigest()[:8]
+    return f"{filename[:-1]}#{digest}>" if filename.endswith(">") else f"{filename}#{digest}"
+
+
 def exec_cell(source: str, filename: str, ns: dict[str, Any]) -> tuple[Any, str, str]:
     """Execute ``source`` in ``ns``; return (value of a trailing expression or None, stdout, stderr)."""
+    filename = source_filename(filename, source)
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     tree = ast.parse(source, filename)
     last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
