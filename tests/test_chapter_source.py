@@ -218,4 +218,4 @@ def test_no_device_slug_typed_in_a_lab(path):
     text = "\n".join("".join(c["source"]) for c in json.loads(path.read_text(encoding="utf-8"))["cells"])
     found = slug_literals(text)
     assert not found, (f"{path.name} types the device slug(s) {found}; use mlsys.course.page's REFERENCE_DEVICE / "
-                       "SECOND_DEVICE (or labdata.DEVICES)")
+                       "SECOND_DEVICE")

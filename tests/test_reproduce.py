@@ -20,7 +20,6 @@ import pytest
 import mlsys
 from mlsys.bench import records
 from mlsys.bench.experiment import catalogue
-from mlsys.course import labdata
 
 REPO = Path(__file__).resolve().parents[1]
 CATALOGUE = catalogue()
@@ -35,7 +34,7 @@ def _pages() -> list[Path]:
 
 def book_experiments() -> dict[str, list[str]]:
     """Experiment -> the pages that print its re-measure line (a page that mentions ``reproduce`` or
-    ``mlsys.bench.run`` and names the experiment as a string, or loads it through ``labdata``)."""
+    ``mlsys.bench.run`` and names the experiment as a string)."""
     found: dict[str, list[str]] = {}
     for page in _pages():
         text = page.read_text(encoding="utf-8")
@@ -44,7 +43,6 @@ def book_experiments() -> dict[str, list[str]]:
         names = set(re.findall(r'\\?"([a-z0-9_]+)\\?"', text)) & set(CATALOGUE)
         for command in re.findall(r"mlsys\.bench run ((?:[a-z0-9_]+ ?)+)", text):  # the command a page prints
             names |= set(command.split()) & set(CATALOGUE)
-        names |= {labdata.EXPERIMENTS[lab] for lab in re.findall(r'labdata\.reference\(\\?"(lab\d)\\?"', text)}
         for name in names:
             found.setdefault(name, []).append(page.relative_to(REPO).as_posix())
     return found
