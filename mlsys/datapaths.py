@@ -17,7 +17,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["measurements_dir", "packaged_measurements_dir"]
+__all__ = ["checkout", "measurements_dir", "packaged_measurements_dir"]
+
+
+def checkout() -> Path:
+    """The folder this package sits in: the repository checkout (holding ``_config.yml`` and ``mlsys/``), or
+    site-packages for an installed package. The one place that works it out; :mod:`mlsys.runtime.paths`
+    hands it to the rooms above."""
+    return Path(__file__).resolve().parents[1]
 
 
 def packaged_measurements_dir() -> Path:
@@ -30,7 +37,7 @@ def measurements_dir() -> Path:
     override = os.environ.get("MLSYS_MEASUREMENTS_DIR")
     if override:
         return Path(override)
-    checkout = Path(__file__).resolve().parents[1] / "data" / "measurements"
-    if checkout.is_dir():
-        return checkout
+    in_checkout = checkout() / "data" / "measurements"
+    if in_checkout.is_dir():
+        return in_checkout
     return packaged_measurements_dir()

@@ -297,8 +297,10 @@ def build_site(dest: Path) -> Path:
     """
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
+    from ..runtime.paths import checkout
+
     pkg = _package_dir()
-    repo = pkg.parent
+    repo = checkout()  # the folder the package sits in: a checkout has pyproject.toml there
     # the recorded GPU measurements (public data the labs plot) sit where mlsys.bench.records looks for them
     from mlsys.bench.records import data_dir
 

@@ -381,16 +381,17 @@ class _RunSettings:
 
 
 def _perf_cases(root: Path, lab: str) -> dict[str, Any]:
-    """The lab's perf.toml as a dict (validated), or {} when the lab has none."""
+    """The lab's perf.toml as plain data for the cell runner ({grade_id: spec}), or {} when the lab has none.
+
+    Read once, by :func:`mlsys.course.trusted.load_spec` (a malformed spec stops the run here, with its
+    message); each case goes on the wire as its fields, which :meth:`PerfCase.from_dict` reads back.
+    """
     path = root / "source" / lab / "perf.toml"
     if not path.is_file():
         return {}
-    import tomllib
-
     from .trusted import load_spec
 
-    load_spec(path)  # a malformed spec stops the run here, with its message
-    return tomllib.loads(path.read_text(encoding="utf-8"))
+    return {gid: {k: v for k, v in asdict(case).items() if k != "grade_id"} for gid, case in load_spec(path).items()}
 
 
 def _report_notes(row: Row, report: dict[str, Any], timeout: float) -> None:
@@ -1014,10 +1015,9 @@ def run_slurm(plan_: Plan, options: slurm.SlurmOptions, *, needed: list[str], us
         "perf": perf, "limits": asdict(prep.run.limits), "timeout": timeout, "extra": extra, "feedback": feedback,
         "tasks": [[s.to_json() for s in b] for b in batches]}, indent=1), encoding="utf-8")
     script = run_dir / "grade.sbatch"
-    pkg_parent = str(Path(__file__).resolve().parents[2])
     script.write_text(slurm.batch_script(
         [sys.executable, "-m", "mlsys.course.teach", "grade-task", str(manifest)],
-        env={"PYTHONPATH": pkg_parent, "PYTHONHASHSEED": "0"}, log_dir=run_dir, tasks=len(batches),
+        env={"PYTHONPATH": str(checkout()), "PYTHONHASHSEED": "0"}, log_dir=run_dir, tasks=len(batches),
         name="mlsys-grade", options=options))
     job = slurm.submit(script, run_dir)
     if verbose:

@@ -1,19 +1,18 @@
 """Where the course's files are in the checkout this package was imported from.
 
 The package lives at ``<checkout>/mlsys``; the book's pages, the labs and the recorded measurements
-sit beside it. Every module that needs one of these folders asks here, so a move is one edit.
+sit beside it. Every module that needs one of these folders asks here, so a move is one edit (the
+checkout itself is worked out in :mod:`mlsys.datapaths`, in the models' room, which the recorded
+measurements' path needs too).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from ..datapaths import checkout
+
 __all__ = ["checkout", "labs_root", "lab_notebook"]
-
-
-def checkout() -> Path:
-    """The repository checkout this package lives in (the folder holding ``_config.yml`` and ``mlsys/``)."""
-    return Path(__file__).resolve().parents[2]
 
 
 def labs_root() -> Path:
