@@ -18,7 +18,6 @@ import datetime
 import json
 import os
 import platform
-import shutil
 import statistics
 import sys
 import tempfile
@@ -28,28 +27,17 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from _handin import course  # noqa: E402
+
 from mlsys.course import slurm, teach  # noqa: E402
 from mlsys.course.rowstore import RowStore  # noqa: E402
 
 LAB = "lab1_roofline"
 
 
-def course(dest: Path, n: int) -> Path:
-    root = dest / "course"
-    (root / "source").mkdir(parents=True)
-    shutil.copy2(REPO / "labs" / "nbgrader_config.py", root / "nbgrader_config.py")
-    shutil.copytree(REPO / "labs" / "source" / LAB, root / "source" / LAB)
-    nb = json.loads((REPO / "labs" / "source" / LAB / f"{LAB}.ipynb").read_text())
-    for i in range(n):
-        nb["metadata"]["mlsys_throughput_submission"] = i
-        d = root / "submitted" / f"student{i:03d}" / LAB
-        d.mkdir(parents=True)
-        (d / f"{LAB}.ipynb").write_text(json.dumps(nb))
-    return root
-
-
 def one(name: str, n: int, tmp: Path, **kw) -> dict:
-    root = course(tmp / "".join(ch if ch.isalnum() else "-" for ch in name), n)
+    root = course(tmp / "".join(ch if ch.isalnum() else "-" for ch in name) / "course", LAB, n,
+                  "mlsys_throughput_submission")
     t0 = time.monotonic()
     rows = teach.grade(root, timeout=900, verbose=True, **kw)
     wall = time.monotonic() - t0

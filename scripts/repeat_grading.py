@@ -21,7 +21,6 @@ import argparse
 import datetime
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -34,24 +33,10 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from _handin import course  # noqa: E402
+
 from mlsys.bench.provenance import provenance  # noqa: E402
 from mlsys.course.teach import lab_names  # noqa: E402
-
-
-def course(dest: Path, lab: str, n: int) -> Path:
-    """A scratch course with ``n`` students who each handed in the instructor notebook of ``lab``."""
-    root = dest / lab
-    (root / "source").mkdir(parents=True)
-    shutil.copy2(REPO / "labs" / "nbgrader_config.py", root / "nbgrader_config.py")
-    shutil.copytree(REPO / "labs" / "source" / lab, root / "source" / lab,
-                    ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
-    nb = json.loads((REPO / "labs" / "source" / lab / f"{lab}.ipynb").read_text())
-    for i in range(n):
-        nb["metadata"]["mlsys_repeat_grading"] = i
-        d = root / "submitted" / f"student{i:03d}" / lab
-        d.mkdir(parents=True)
-        (d / f"{lab}.ipynb").write_text(json.dumps(nb))
-    return root
 
 
 def _lost_cells(graded: Path) -> list[dict[str, Any]]:
@@ -79,7 +64,7 @@ def _lost_cells(graded: Path) -> list[dict[str, Any]]:
 
 
 def grade_lab(lab: str, n: int, tmp: Path, timeout: float) -> dict[str, Any]:
-    root = course(tmp, lab, n)
+    root = course(tmp / lab, lab, n, "mlsys_repeat_grading")
     rows_dir = root / ".grading" / "rows" / lab
     loads: dict[str, list[float]] = {}
     stop = threading.Semaphore(0)  # released when the grading has ended

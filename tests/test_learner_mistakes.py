@@ -475,3 +475,29 @@ def test_attention_sums_check_names_fp16_accumulation():
     with pytest.raises(ValueError, match="within fp16's range"):  # 60 keys x 1000 = 60000 fits: not a probe
         checks.check_attention_sums_fp32(fp32_sums, q[..., :60, :], k[..., :60, :], v[..., :60, :],
                                          expected[..., :60, :], rtol=1e-2, atol=1.0, label="a", isolate=False)
+
+
+def test_scores_far_below_zero_check_names_the_initial_max():
+    torch = pytest.importorskip("torch")
+    from mlsys.course import checks
+    from mlsys.course.grading import GradingError
+
+    # one query over two keys of scores -300 and -301 and values 1 and 3: weights 1 and 1/e after the shift,
+    # so the average is (1 + 3/e) / (1 + 1/e) = 1.5379...; from a running max of 0, exp(-300) underflows
+    # fp32 to 0 (its smallest value is about 1.4e-45, e^-300 about 5e-131): 0 / 0
+    s, v = torch.tensor([-300.0, -301.0]), torch.tensor([1.0, 3.0])
+    e = 2.718281828459045
+    expected = torch.tensor([(1 + 3 / e) / (1 + 1 / e)])
+
+    def softmax_average(s, v, start):
+        m = max(start, float(s.max()))
+        w = torch.exp(s - m)
+        return ((w * v).sum() / w.sum()).reshape(1)
+
+    kw = {"lowest_score": -301.0, "rtol": 1e-5, "atol": 1e-6, "label": "far", "isolate": False}
+    checks.check_scores_far_below_zero(lambda s, v: softmax_average(s, v, float("-inf")), (s, v), expected, **kw)
+    with pytest.raises(GradingError, match=r"far: every score is far below zero .*found 1 of 1 outputs NaN/Inf.*"
+                                           r"running max starts at 0"):
+        checks.check_scores_far_below_zero(lambda s, v: softmax_average(s, v, 0.0), (s, v), expected, **kw)
+    with pytest.raises(GradingError, match=r"far: expected a tensor, found list"):
+        checks.check_scores_far_below_zero(lambda s, v: [1.5], (s, v), expected, **kw)
