@@ -207,9 +207,20 @@ def launch(fn: Callable[..., Any], world_size: int, *args: Any, backend: str | N
     and :class:`LaunchTimeout` raised. Each child uses ``threads`` CPU threads. Results come back
     in rank order; an exception on a rank raises :class:`LaunchError` with its traceback.
     """
+    method = _start_method(world_size, backend or "gloo", timeout, start_method)
+    procs, conns = _spawn(mp.get_context(method), fn, world_size, args, kwargs, backend=backend or "gloo",
+                          timeout=timeout, threads=threads)
+    try:
+        results = _wait(procs, conns, timeout)
+    finally:
+        _stop(procs, conns)
+    return _collect(getattr(fn, "__name__", "function"), results, world_size, timeout)
+
+
+def _start_method(world_size: int, backend: str, timeout: float, start_method: str | None) -> str:
+    """Check ``launch``'s arguments; the start method of its children (fork where the OS allows)."""
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"world_size must be an integer number of processes >= 1, got {world_size!r}")
-    backend = backend or "gloo"
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     if not timeout > 0:
@@ -224,7 +235,12 @@ def launch(fn: Callable[..., Any], world_size: int, *args: Any, backend: str | N
         if method == "fork" and torch.cuda.is_initialized():
             raise LaunchError("this process has already used CUDA, so forked children cannot; launch before touching "
                               "the GPU here, or pass start_method='spawn' with a function importable from a module")
-    ctx = mp.get_context(method)
+    return method
+
+
+def _spawn(ctx: Any, fn: Callable[..., Any], world_size: int, args: tuple, kwargs: dict, *, backend: str,
+           timeout: float, threads: int) -> tuple[list[Any], list[Any]]:
+    """Start one child per rank (:func:`_worker`); their processes and the ends of the pipes they answer on."""
     port = free_port()
     procs, conns = [], []
     for rank in range(world_size):
@@ -235,42 +251,57 @@ def launch(fn: Callable[..., Any], world_size: int, *args: Any, backend: str | N
         child.close()
         procs.append(p)
         conns.append(parent)
-    label = getattr(fn, "__name__", "function")
-    results: dict[int, tuple[str, Any]] = {}  # in the order the ranks finished
+    return procs, conns
+
+
+def _receive(proc: Any, conn: Any, from_pipe: bool) -> tuple[str, Any]:
+    """What one rank reported: ``(status, payload)`` from its pipe, or ``("died", exit code)``."""
+    if from_pipe or conn.poll():
+        try:
+            return conn.recv()
+        except (EOFError, OSError):
+            pass
+    proc.join(1)
+    return ("died", proc.exitcode)
+
+
+def _wait(procs: list[Any], conns: list[Any], timeout: float) -> dict[int, tuple[str, Any]]:
+    """Each rank's report, in the order the ranks finished, until all are in or the deadline passes; once a rank
+    has failed, the others get five seconds more (a rank missing from the result never finished)."""
+    world_size = len(procs)
+    results: dict[int, tuple[str, Any]] = {}
     deadline = time.monotonic() + timeout
     grace: float | None = None  # once a rank has failed, the others get a little longer, then are killed
-    try:
-        while len(results) < world_size:
-            now = time.monotonic()
-            limit = min(deadline, grace) if grace is not None else deadline
-            if now >= limit:
-                break
-            waiting = {conns[r]: r for r in range(world_size) if r not in results}
-            sentinels = {procs[r].sentinel: r for r in waiting.values()}
-            ready = wait(list(waiting) + list(sentinels), timeout=limit - now)
-            for obj in ready:
-                r = waiting.get(obj, sentinels.get(obj))
-                if r in results:
-                    continue
-                if obj in waiting or conns[r].poll():
-                    try:
-                        results[r] = conns[r].recv()
-                    except (EOFError, OSError):
-                        procs[r].join(1)
-                        results[r] = ("died", procs[r].exitcode)
-                else:
-                    procs[r].join(1)
-                    results[r] = ("died", procs[r].exitcode)
-                if results[r][0] != "ok" and grace is None:
-                    grace = time.monotonic() + 5.0
-    finally:
-        for p in procs:
-            if p.is_alive():
-                p.kill()
-        for p in procs:
-            p.join(5)
-        for c in conns:
-            c.close()
+    while len(results) < world_size:
+        now = time.monotonic()
+        limit = min(deadline, grace) if grace is not None else deadline
+        if now >= limit:
+            break
+        waiting = {conns[r]: r for r in range(world_size) if r not in results}
+        sentinels = {procs[r].sentinel: r for r in waiting.values()}
+        for obj in wait(list(waiting) + list(sentinels), timeout=limit - now):
+            r = waiting.get(obj, sentinels.get(obj))
+            if r in results:
+                continue
+            results[r] = _receive(procs[r], conns[r], obj in waiting)
+            if results[r][0] != "ok" and grace is None:
+                grace = time.monotonic() + 5.0
+    return results
+
+
+def _stop(procs: list[Any], conns: list[Any]) -> None:
+    """Kill every rank still running, reap them all and close the pipes."""
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+    for p in procs:
+        p.join(5)
+    for c in conns:
+        c.close()
+
+
+def _collect(label: str, results: dict[int, tuple[str, Any]], world_size: int, timeout: float) -> list[Any]:
+    """The ranks' results in rank order, or the one error that names the cause (LaunchError, LaunchTimeout)."""
     # the first rank to fail is the cause; the others usually fail because it left
     failed = [(r, v) for r, v in results.items() if v[0] != "ok"]
     # a rank that gave up waiting for its partner (the backend's own timer) is a deadlock, reported as one
@@ -279,6 +310,17 @@ def launch(fn: Callable[..., Any], world_size: int, *args: Any, backend: str | N
     if failed and len(timed_out) == len(failed):
         missing = sorted(set(timed_out) | {r for r in range(world_size) if r not in results})
         raise LaunchTimeout(deadlock_message(label, missing, world_size, timeout))
+    if failed:
+        _raise_first(label, _by_cause(failed), world_size)
+    missing = [r for r in range(world_size) if r not in results]
+    if missing:
+        raise LaunchTimeout(deadlock_message(label, missing, world_size, timeout))
+    return [pickle.loads(results[r][1]) for r in range(world_size)]
+
+
+def _by_cause(failed: list[tuple[int, tuple[str, Any]]]) -> list[tuple[int, tuple[str, Any]]]:
+    """The failed ranks, the likely cause first: an invalid rank, then the rest in the order they finished, and
+    last the ranks whose peer had gone."""
     # a rank whose peer vanished ("Connection closed by peer") failed because another rank left first: on a
     # loaded machine its report can arrive before the report of the rank that raised, so it goes last
     left = [(r, v) for r, v in failed if v[0] == "error" and any(s in str(v[1]).lower() for s in _PEER_GONE_SIGNS)]
@@ -286,20 +328,20 @@ def launch(fn: Callable[..., Any], world_size: int, *args: Any, backend: str | N
     invalid = [(r, v) for r, v in failed if v[0] == "error" and "InvalidRank" in str(v[1])]
     if invalid:  # the cause, even when another rank noticed first that its partner had gone
         failed = invalid + [f for f in failed if f not in invalid]
-    if failed:
-        r, (status, payload) = failed[0]
-        also = f" (then ranks {[f for f, _ in failed[1:]]} failed too)" if len(failed) > 1 else ""
-        if status == "died":
-            hint = {-6: ": aborted, as gloo does when a received message is larger than the buffer posted for it "
-                        "(send and receive buffers of different lengths or dtypes, or steps that do not pair up)",
-                    -11: ": a segmentation fault (a buffer freed or resized while a request on it was pending?)"}
-            raise LaunchError(f"{label}: rank {r} of {world_size} died (exit code {payload}{hint.get(payload, '')}) "
-                              f"before returning a result{also}")
-        if status == "error" and "InvalidRank" in str(payload):
-            reason = str(payload).strip().splitlines()[-1].split("InvalidRank: ", 1)[-1]
-            raise LaunchError(f"{label}: {reason}{also}")
-        raise LaunchError(f"{label}: rank {r} of {world_size} raised an exception{also}:\n{payload}")
-    missing = [r for r in range(world_size) if r not in results]
-    if missing:
-        raise LaunchTimeout(deadlock_message(label, missing, world_size, timeout))
-    return [pickle.loads(results[r][1]) for r in range(world_size)]
+    return failed
+
+
+def _raise_first(label: str, failed: list[tuple[int, tuple[str, Any]]], world_size: int) -> None:
+    """Raise :class:`LaunchError` for the first of ``failed``, naming the ranks that failed after it."""
+    r, (status, payload) = failed[0]
+    also = f" (then ranks {[f for f, _ in failed[1:]]} failed too)" if len(failed) > 1 else ""
+    if status == "died":
+        hint = {-6: ": aborted, as gloo does when a received message is larger than the buffer posted for it "
+                    "(send and receive buffers of different lengths or dtypes, or steps that do not pair up)",
+                -11: ": a segmentation fault (a buffer freed or resized while a request on it was pending?)"}
+        raise LaunchError(f"{label}: rank {r} of {world_size} died (exit code {payload}{hint.get(payload, '')}) "
+                          f"before returning a result{also}")
+    if status == "error" and "InvalidRank" in str(payload):
+        reason = str(payload).strip().splitlines()[-1].split("InvalidRank: ", 1)[-1]
+        raise LaunchError(f"{label}: {reason}{also}")
+    raise LaunchError(f"{label}: rank {r} of {world_size} raised an exception{also}:\n{payload}")
