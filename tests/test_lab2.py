@@ -210,6 +210,21 @@ def test_tma_path_is_taken_only_where_rows_are_16_byte_aligned(monkeypatch):
     assert calls == ["fallback"]
 
 
+def test_tma_wrapper_aligns_b_rows_and_halves_a_thin_last_row_of_tiles():
+    """By hand: 136 fp16 columns are 272 bytes, not a whole number of 128-byte lines; the copy's rows are
+    3 lines = 192 elements apart and hold the same values. 64 columns (128 bytes) are left as they are.
+    With the interpreter's 32-row tiles, 72 = 2 * 32 + 8 rows leave 8 <= 16: half tiles; 90 leaves 26: not."""
+    b = torch.randn(40, 136).half()
+    aligned = lab.line_aligned(b)
+    assert aligned.stride() == (192, 1) and aligned.shape == b.shape and torch.equal(aligned, b)
+    b64 = torch.randn(40, 64).half()
+    assert lab.line_aligned(b64) is b64
+    assert lab.half_last_row({"M": 72, "BLOCK_M": 32})
+    assert not lab.half_last_row({"M": 90, "BLOCK_M": 32}) and not lab.half_last_row({"M": 96, "BLOCK_M": 32})
+    a = torch.randn(72, 40).half()  # both measures at once: 2 whole rows of tiles and a half one, B copied
+    grading.assert_close(lab.matmul_tma(a, b), _expected(a, b), **TOL[torch.float16])
+
+
 def test_operands_are_checked_with_clear_errors():
     x = torch.randn(4, 3)
     with pytest.raises(ValueError, match="inner dimensions differ"):
