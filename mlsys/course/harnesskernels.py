@@ -11,7 +11,8 @@ subtracted from every round, so its noise compressed the shares. Here each is on
   (sum, sum of squares) partials in float64, then the partials summed: (sum, 2-norm) in float64.
 
 Both are the grader's: the verdict process rebuilds a call's inputs with the same :func:`fresh_inputs`
-and the same seed, on its own GPU.
+and the same seed, on its own GPU. Used only with ``MLSYS_GRADER_HARNESS=light``
+(:data:`mlsys.course.perfworker.HARNESS_ENV` says why it is off by default).
 """
 
 from __future__ import annotations
