@@ -461,3 +461,63 @@ def test_trace_coverage_slack_grows_by_the_noise_of_the_graders_overhead():
     at 191 us then leaves a quarter of (191 - 50 - 60) = 20 us to cover, which 33 us of kernels does."""
     assert trusted.coverage_refusal(33e-6, 191e-6, noise_s=60e-6) == ""
     assert "accounts for" in trusted.coverage_refusal(5e-6, 191e-6, noise_s=60e-6)
+
+
+def test_trace_coverage_slack_grows_by_what_the_baselines_trace_did_not_see():
+    """The H200 corpus run of 2026-11-26 graded three submissions at once on one GPU: the baseline's 64 MiB copy
+    (33 us of kernel) measured about 510 us per call, the honest learner's 528 us. The machine added ~480 us to
+    both; a quarter of (528 - 50 - 480) is below zero, so the learner's 33 us covers it. Work hidden from the
+    trace still shows: 600 us of it per call leaves a quarter of (1128 - 50 - 480) = 150 us uncovered."""
+    assert "accounts for" in trusted.coverage_refusal(32.5e-6, 528e-6)
+    assert trusted.coverage_refusal(32.5e-6, 528e-6, untraced_base_s=480e-6) == ""
+    assert "accounts for" in trusted.coverage_refusal(32.5e-6, 1128e-6, untraced_base_s=480e-6)
+    assert "accounts for" in trusted.coverage_refusal(5e-6, 200e-6, untraced_base_s=-1.0)  # never below zero
+
+
+def test_a_round_that_skipped_the_graders_own_kernels_is_refused():
+    """The clean worker's overhead round of 20 calls ran 1000 us of the grader's kernels (inputs, fingerprints):
+    a learner's round of the same calls with 300 us of them (a cheaper fingerprint patched in, outputs computed
+    from the seed) is refused; 900 us (kernel times vary a little) is not."""
+    harness = {"normal_kernel", "reduce_kernel"}
+    kernels = {"normal_kernel": [20, 100.0], "reduce_kernel": [20, 200.0], "add_kernel": [20, 700.0]}
+    assert "grader's own kernels" in trusted.harness_refusal(kernels, harness, 1000.0)
+    kernels.update({"normal_kernel": [20, 450.0], "reduce_kernel": [20, 450.0]})
+    assert trusted.harness_refusal(kernels, harness, 1000.0) == ""
+    assert trusted.harness_refusal({}, set(), 0.0) == ""  # no trace of the clean worker (a CPU): nothing to compare
+
+
+def test_a_triton_kernel_named_like_the_graders_is_refused():
+    """The grader's own kernels are left out of the learner's traced time and count as its overhead; a learner
+    kernel of such a name would hide its work or stand in for the grader's."""
+    got = trusted.kernel_refusal("compute", {"_grader_fill": [20, 4000.0]}, set(), {"_grader_fill"}, True, 20, 200e-6)
+    assert "named like the grader's own" in got
+
+
+@pytest.mark.slow
+def test_harness_kernels_fill_and_fingerprint_under_the_interpreter(monkeypatch):
+    """The grader's GPU kernels, run by Triton's interpreter on the CPU: the same seed gives the same inputs, another
+    seed other values; values have mean 0 and variance 1 (uniform on +-sqrt 3); the fingerprint's (sum, 2-norm)
+    equal torch's float64 sum and norm of the same tensor, for float16 and float32, across block boundaries."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    import subprocess
+    import sys
+
+    code = """
+import torch
+from mlsys.course import harnesskernels as hk
+a = hk.fresh_inputs(torch, [[300, 70], [9]], torch.float32, 2**61 + 5, "cpu")
+b = hk.fresh_inputs(torch, [[300, 70], [9]], torch.float32, 2**61 + 5, "cpu")
+c = hk.fresh_inputs(torch, [[300, 70]], torch.float32, 2**61 + 6, "cpu")
+assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) and not torch.equal(a[0], c[0])
+assert not torch.equal(a[0].flatten()[:9], a[1])  # two arguments of one call differ
+x = a[0].double()
+assert abs(float(x.mean())) < 0.03 and abs(float(x.var()) - 1) < 0.03 and float(x.abs().max()) <= 3 ** 0.5
+for o in (torch.randn(5000, dtype=torch.float64).half(), torch.randn(97, 131)):
+    (s, n), = hk.reduce_partials(torch, [hk.fingerprint_partials(torch, o)])
+    d = o.double()
+    assert abs(s - float(d.sum())) <= 1e-9 * float(d.abs().sum()), (s, float(d.sum()))
+    assert abs(n - float(d.norm())) <= 1e-12 * float(d.norm()), (n, float(d.norm()))
+print("OK")
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert r.stdout.strip().endswith("OK"), r.stderr[-2000:]

@@ -290,6 +290,9 @@ def kernel_refusal(forbid: str, kernels: dict[str, list[float]], harness: set[st
     imitating = sorted(t for t in triton_names if any(m in t.lower() for m in LIBRARY_ONLY_MARKS))
     if imitating:
         return f"your Triton kernels are named like library kernels ({', '.join(imitating[:3])}): rename them"
+    grader_named = sorted(t for t in triton_names if t.lower().startswith(GRADER_KERNEL_PREFIX))
+    if grader_named:
+        return f"your Triton kernels are named like the grader's own ({', '.join(grader_named[:3])}): rename them"
     own = {n: c for n, c in kernels.items() if n not in harness}
     mine = {n for n in own if any(re.fullmatch(re.escape(t) + r"(_[0-9A-Za-z]+)?", n) for t in triton_names)}
     vendor = sorted(n for n in own if n not in mine and any(m in n.lower() for m in VENDOR_KERNEL_MARKS)
@@ -310,15 +313,39 @@ def traced_per_call(kernels: dict[str, list[float]], harness: set[str], calls: i
     return sum(c[1] for n, c in kernels.items() if n not in harness) * 1e-6 / max(calls, 1)
 
 
-def coverage_refusal(traced_s: float, measured_s: float, noise_s: float = 0.0) -> str:
+GRADER_KERNEL_PREFIX = "_grader_"
+"""Names of the grader's own Triton kernels (input fill, fingerprint: :mod:`mlsys.course.harnesskernels`)."""
+
+
+def harness_refusal(kernels: dict[str, list[float]], harness: set[str], harness_us: float) -> str:
+    """Refused when a learner's round shows less of the grader's own kernels (``harness``: the names the clean
+    worker's overhead round traced: input generation, fingerprints) than that overhead round of the same calls
+    (``harness_us``, its fewest microseconds): their time is subtracted from every round as the grader's, so a
+    learner's process that skipped or shrank that work (a cheaper fingerprint, outputs computed from the
+    seed) would gain it. Kernel durations come from the device, so a busy GPU makes them no shorter; half
+    is the margin."""
+    if harness_us <= 0:
+        return ""
+    mine = sum(c[1] for n, c in kernels.items() if n in harness)
+    if mine < 0.5 * harness_us:
+        return (f"the grader's own kernels (fresh inputs, fingerprints) took {mine:.4g} us in your round against "
+                f"{harness_us:.4g} us in the clean worker's: the grader's work was skipped in your process")
+    return ""
+
+
+def coverage_refusal(traced_s: float, measured_s: float, noise_s: float = 0.0, untraced_base_s: float = 0.0) -> str:
     """Refused when the traced kernels account for under a quarter of the measured time per call beyond
     :data:`TRACE_SLACK_S` (work ran that the trace did not see). Decide it on the fastest round: hidden
     work costs time in every round, while noise (another process on the GPU, the host) only ever adds it,
     so one slow round must not refuse honest work (on an H200, 5 of 10 gradings of Lab 3's instructor
     element-wise kernel, 33 us on the device, were refused on a round measured at 190-250 us per call).
     ``noise_s``: how much the grader's own per-call overhead, subtracted from the measured time, varied
-    between its rounds (60 us per call in that run, more than the kernel took): the slack grows by it."""
-    if traced_s < 0.25 * (measured_s - TRACE_SLACK_S - noise_s):
+    between its rounds (60 us per call in that run, more than the kernel took): the slack grows by it.
+    ``untraced_base_s``: per call, how much of the baseline's own measured time (its fastest round) its
+    trace did not account for, in the clean worker that never ran learner code: time the machine adds
+    to any work (other processes sharing the GPU, the host), not hidden work; the slack grows by it
+    (three gradings sharing an H200 put a 33 us copy at 500 us per call on both sides)."""
+    if traced_s < 0.25 * (measured_s - TRACE_SLACK_S - noise_s - max(untraced_base_s, 0.0)):
         return (f"the kernel trace accounts for {traced_s * 1e6:.3g} us of the {measured_s * 1e6:.3g} us measured per call: "
                 "work ran that the trace did not see")
     return ""
@@ -795,6 +822,8 @@ class _Prepared:
     base: list[float] = field(default_factory=list)
     over: list[float] = field(default_factory=list)
     harness: set[str] = field(default_factory=set)
+    base_traced: list[float | None] = field(default_factory=list)  # per baseline round: traced s per call
+    harness_us: float = 0.0  # the grader's own kernels in the clean overhead round (us, fewest seen)
     itemsize: int = 4
     trace_ok: bool = False
 
@@ -837,9 +866,12 @@ def _baseline_round(v: _Verdict, base_worker: Any, prep: _Prepared, trace: bool 
     if over.kernels is not None:
         prep.harness |= set(over.kernels)
         prep.trace_ok = True  # the clean worker can trace here: a learner's worker that cannot is refused
+        us = sum(c[1] for c in over.kernels.values())  # all of it is the grader's own work
+        prep.harness_us = us if prep.harness_us <= 0 else min(prep.harness_us, us)
     # traced as the learner's rounds are, so the trace's own cost falls on both sides of the share
-    prep.base.append(v.window(base_worker, prep.base_fn, case, prep.shapes, v.seeds(n), trace=trace,
-                              record_ops=rec).seconds)
+    base = v.window(base_worker, prep.base_fn, case, prep.shapes, v.seeds(n), trace=trace, record_ops=rec)
+    prep.base.append(base.seconds)
+    prep.base_traced.append(None if base.kernels is None else traced_per_call(base.kernels, prep.harness, k))
 
 
 def _collective_refusal(case: PerfCase, w: _Window, where: str) -> None:
@@ -934,6 +966,7 @@ def grade_case(v: _Verdict, base_worker: Any, learner: Any, prep: _Prepared, tri
                     c[1] += us
                 why = kernel_refusal(case.forbid, w.kernels, prep.harness, triton_names, case.kernels == "triton",
                                      k, 0.0)  # what ran, round by round; how much of the time it covers: below
+                why = why or harness_refusal(w.kernels, prep.harness, prep.harness_us)
                 if why:
                     raise _Refused(why)
                 traced.append(traced_per_call(w.kernels, prep.harness, k))
@@ -954,7 +987,9 @@ def grade_case(v: _Verdict, base_worker: Any, learner: Any, prep: _Prepared, tri
                   kernels={n[:200]: c for n, c in sorted(kernels_seen.items(), key=lambda x: -x[1][1])[:8]})
         if traced:
             noise = 0.0 if v.fake else (max(prep.over) - min(prep.over)) / k
-            why = coverage_refusal(statistics.median(traced), mine_s, noise)
+            untraced = [(b - over) / k - t for b, t in zip(prep.base, prep.base_traced, strict=True) if t is not None]
+            ev["baseline_untraced_s"] = min(untraced) if untraced else None
+            why = coverage_refusal(statistics.median(traced), mine_s, noise, min(untraced) if untraced else 0.0)
             if why:
                 raise _Refused(why)
         if not (mine_s > 0 and math.isfinite(mine_s)):

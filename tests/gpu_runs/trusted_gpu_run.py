@@ -130,6 +130,20 @@ def corpus_step(a: argparse.Namespace, left: object) -> dict:
     return {"rows": rows, "all_match": all(r["matches_expected"] for r in rows.values())}
 
 
+def tools() -> dict:
+    """Where the profilers are on this machine (nsys could take a kernel trace from outside the learner's
+    process) and the CUDA compiler's version."""
+    import os
+    import shutil
+
+    out: dict = {t: shutil.which(t) for t in ("nsys", "ncu", "nvcc")}
+    out["harness"] = os.environ.get("MLSYS_GRADER_HARNESS") or "torch"  # the grader's per-call GPU work (perfworker)
+    if out["nvcc"]:
+        r = subprocess.run([out["nvcc"], "--version"], capture_output=True, text=True)
+        out["nvcc_version"] = r.stdout.strip().splitlines()[-2:] if r.stdout else None
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("out", type=Path)
@@ -144,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
 
     end = time.monotonic() + a.budget
     out: dict = {"date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "provenance": provenance("cpu" if a.fake else "cuda"),
-                 "steps": {}}
+                 "tools": tools(), "steps": {}}
 
     def save() -> None:
         a.out.parent.mkdir(parents=True, exist_ok=True)
