@@ -283,17 +283,20 @@ def test_bad_submissions_get_their_expected_rows(lab, graded_lab):
     expected["instructor"] = {"status": "ok", "correctness_score": 17}
     expected["untouched"] = {"status": "ok", "correctness_score": 0}
     root, rows = graded_lab(lab)
+
+    def outputs(name: str) -> str:
+        graded = json.loads((root / "autograded" / name / lab / f"{lab}.ipynb").read_text(encoding="utf-8"))
+        return json.dumps([c.get("outputs", []) for c in graded["cells"] if c["cell_type"] == "code"])
+
     for name, want in expected.items():
         row = rows[name]
         assert row.status == want["status"], f"{name}: {row}"
-        assert row.correctness_score == want["correctness_score"], f"{name}: {row}"
+        assert row.correctness_score == want["correctness_score"], f"{name}: {row}\n{outputs(name)[-4000:]}"
         assert row.correctness_max == 17, f"{name}: {row}"
         if "flags" in want:
             assert want["flags"] in row.flags, f"{name}: expected a {want['flags']!r} flag, found {row.flags!r}"
         if "message" in want:
-            graded = json.loads((root / "autograded" / name / lab / f"{lab}.ipynb").read_text(encoding="utf-8"))
-            text = json.dumps([c.get("outputs", []) for c in graded["cells"] if c["cell_type"] == "code"])
-            assert want["message"] in text, f"{name}: expected {want['message']!r} in the test outputs"
+            assert want["message"] in outputs(name), f"{name}: expected {want['message']!r} in the test outputs"
 
 
 # ------------------------------------------------------------------------------ check_ring's grader half
