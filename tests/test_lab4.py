@@ -274,12 +274,89 @@ def test_notebook_solution_ring_uses_no_collective():
 @pytest.mark.slow
 @pytest.mark.parametrize("lab", ["lab4_collectives"])  # graded_lab's worker group (tests/conftest.py)
 def test_bad_submissions_get_their_expected_rows(lab, graded_lab):
-    """A deadlocking ring, one that calls dist.all_reduce, one that only works for multiples of p
-    (graded with the instructor version and the release in the lab's one graded course, tests/conftest.py)."""
+    """A deadlocking ring, one that calls dist.all_reduce, one that only works for multiples of p, and the
+    attacks on test cells (written by make_grader_side.py): rebound and patched helpers, an identity ring,
+    the library through the process group, an input transformer; a report forged in the learner's kernel keeps
+    its points and is flagged (graded with the instructor version and the release in the lab's one graded
+    course, tests/conftest.py). ``message``: a piece of the test output that says why points were lost."""
     expected = json.loads((CORPUS / "expected.json").read_text())
-    _, rows = graded_lab(lab)
+    expected["instructor"] = {"status": "ok", "correctness_score": 17}
+    expected["untouched"] = {"status": "ok", "correctness_score": 0}
+    root, rows = graded_lab(lab)
+
+    def outputs(name: str) -> str:
+        graded = json.loads((root / "autograded" / name / lab / f"{lab}.ipynb").read_text(encoding="utf-8"))
+        return json.dumps([c.get("outputs", []) for c in graded["cells"] if c["cell_type"] == "code"])
+
     for name, want in expected.items():
         row = rows[name]
         assert row.status == want["status"], f"{name}: {row}"
-        assert row.correctness_score == want["correctness_score"], f"{name}: {row}"
+        assert row.correctness_score == want["correctness_score"], f"{name}: {row}\n{outputs(name)[-4000:]}"
         assert row.correctness_max == 17, f"{name}: {row}"
+        if "flags" in want:
+            assert want["flags"] in row.flags, f"{name}: expected a {want['flags']!r} flag, found {row.flags!r}"
+        if "message" in want:
+            assert want["message"] in outputs(name), f"{name}: expected {want['message']!r} in the test outputs"
+
+
+# ------------------------------------------------------------------------------ check_ring's grader half
+
+
+def _summing_ring(tensor):
+    """A stand-in ring for the grader-side tests (never run: the worker half is replaced)."""
+    return tensor
+
+
+def _fake_worker(make_row):
+    """A worker-side half that answers from the inputs it is sent, as the learner's ranks would."""
+    def runs(fn, p, inputs, *, timeout=30.0):
+        return {"ranks": [[make_row(r, i, inputs) for i in range(len(inputs[r]))] for r in range(p)]}
+    return runs
+
+
+def _by_hand_sum(inputs, i):
+    total = inputs[0][i].clone()
+    for rank in inputs[1:]:
+        total = total + rank[i]
+    return total
+
+
+def test_check_ring_judges_the_ranks_reports_with_its_own_sums(monkeypatch):
+    """The grader half draws the inputs, sums them itself and reads every rank's op record: a right sum with a
+    send and a receive passes; a library collective, a rank that moved nothing, a wrong sum or a result that
+    is not a tensor each fail with a message that names it (no process is started here)."""
+    from mlsys.course import checks
+    from mlsys.course.grading import GradingError
+
+    monkeypatch.setattr(checks, "diagnose_ring", lambda *a, **k: "")
+    p2p = ["c10d::recv_", "c10d::send"]
+
+    def right(r, i, inputs):
+        s = _by_hand_sum(inputs, i)
+        return {"out": s, "type": "Tensor", "x": s.clone(), "ops": p2p}
+
+    monkeypatch.setattr(checks, "worker_ring_runs", _fake_worker(right))
+    checks.check_ring(_summing_ring, (2, 3), lengths=(1, 7), dtypes=("float32", "int64"))
+
+    cases = {
+        "c10d::allreduce_": lambda r, i, inputs: {**right(r, i, inputs), "ops": ["c10d::allreduce_"]},
+        "sent and received nothing": lambda r, i, inputs: {**right(r, i, inputs), "ops": ["aten::add_"]},
+        "returned tensor": lambda r, i, inputs: {**right(r, i, inputs), "out": inputs[r][i].clone()},
+        "in place": lambda r, i, inputs: {**right(r, i, inputs), "x": inputs[r][i].clone()},
+        "found int": lambda r, i, inputs: {**right(r, i, inputs), "out": 3, "type": "int"},
+    }
+    for words, row in cases.items():
+        monkeypatch.setattr(checks, "worker_ring_runs", _fake_worker(row))
+        with pytest.raises(GradingError, match=words):
+            checks.check_ring(_summing_ring, (2,), lengths=(12,))
+    # a reply that is not the worker's form
+    monkeypatch.setattr(checks, "worker_ring_runs", lambda fn, p, inputs, **k: {"ranks": "all fine"})
+    with pytest.raises(GradingError, match="malformed"):
+        checks.check_ring(_summing_ring, (2,), lengths=(12,))
+
+
+def test_library_collectives_keeps_only_library_ops():
+    from mlsys.course.checks import library_collectives
+
+    ops = ["aten::add_", "c10d::send", "c10d::recv_", "c10d::barrier", "c10d::allreduce_", "_c10d_functional::all_reduce"]
+    assert library_collectives(ops) == ["_c10d_functional::all_reduce", "c10d::allreduce_"]

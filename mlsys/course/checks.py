@@ -31,8 +31,10 @@ the silent mistakes: :func:`accumulation_probe` (a product that fp16 accumulatio
 :func:`check_rate_arithmetic` (an achieved FLOP/s that is not the learner's FLOPs over the learner's
 own measured time: ms taken as seconds, MACs for FLOPs; nothing is timed again),
 :func:`check_chain_arities` (the structure of an element-wise chain), Lab 4's collectives
-(:func:`check_ring`, which names a dtype slip, an invalid rank, a step count, chunk indices or an
-unfinished request through :func:`diagnose_ring`; :func:`check_dp`) and Lab 5's online softmax
+(:func:`check_ring`, which refuses a library collective recorded in any rank and names a dtype slip, an
+invalid rank, a step count, chunk indices or an unfinished request through :func:`diagnose_ring`;
+:func:`check_dp`; each with a worker-side half, ``worker_*_runs``, that starts the ranks where the
+learner's function lives) and Lab 5's online softmax
 (:func:`check_scores_far_below_zero` for the initial max, :func:`check_running_sums_fp32` for fp16
 accumulation in the inner loop, :func:`check_attention_sums_fp32` for it anywhere in the kernel,
 :func:`in_zero_padding` so one mistake is charged to one check).
@@ -71,7 +73,12 @@ __all__ = [
     "check_rate_arithmetic",
     "COLLECTIVES",
     "FORBIDDEN_COLLECTIVES",
-    "compare_with_library",
+    "PROCESS_GROUP_COLLECTIVES",
+    "C10D_NAMESPACES",
+    "POINT_TO_POINT_OPS",
+    "RING_ALLOWED_OPS",
+    "dispatch_recorder",
+    "library_collectives",
     "diagnose_ring",
     "check_ring",
     "make_mlp",
@@ -85,6 +92,9 @@ __all__ = [
     "running_sums_probe",
     "worker_run_guarded",
     "worker_call_checked",
+    "worker_ring_runs",
+    "worker_tagged_runs",
+    "worker_dp_runs",
 ]
 
 MAGIC = -12288.0
@@ -787,59 +797,141 @@ def check_chain_arities(arities: Any, *, ops: int, outside_tensors: int, label: 
 
 
 # ----------------------------------------------------------------------------------------------
-# collectives (Lab 4): a ring all-reduce and a data-parallel step, run on fresh inputs in every rank
+# collectives (Lab 4): a ring all-reduce and a data-parallel step, run in every rank on inputs the grader chose
+#
+# Where a test cell runs in the grader (mlsys.course.testcells), the learner's function stays in the learner's
+# kernel: the worker-side halves (worker_ring_runs, worker_tagged_runs, worker_dp_runs) start the ranks from
+# there, run the function on the tensors the grader sent, and return, per rank, the tensors afterwards and the
+# operations (c10d collectives included) each rank's call dispatched. The grader-side halves (check_ring,
+# diagnose_ring, check_dp) draw the inputs, compute every expected value themselves and decide. In the
+# learner's own notebook (a self-check) the same halves run one after the other in one process.
 
 COLLECTIVES = ("all_reduce", "reduce_scatter", "reduce_scatter_tensor", "all_gather", "all_gather_into_tensor",
                "reduce", "broadcast", "all_to_all", "all_to_all_single", "all_reduce_coalesced", "gather", "scatter")
 """The collectives of ``torch.distributed`` a hand-built ring must not call."""
 
-FORBIDDEN_COLLECTIVES = frozenset({f"torch.distributed*.{c}" for c in COLLECTIVES} | {f".{c}" for c in COLLECTIVES})
+PROCESS_GROUP_COLLECTIVES = ("allreduce", "allreduce_coalesced", "allgather", "allgather_into_tensor_coalesced",
+                             "_allgather_base", "reduce_scatter", "_reduce_scatter_base", "alltoall", "alltoall_base")
+"""The same collectives as methods of a process group or its backend (``dist.group.WORLD.allreduce``)."""
+
+FORBIDDEN_COLLECTIVES = frozenset({f"torch.distributed*.{c}" for c in COLLECTIVES} | {f".{c}" for c in COLLECTIVES}
+                                  | {f".{c}" for c in PROCESS_GROUP_COLLECTIVES})
+
+C10D_NAMESPACES = ("c10d", "_c10d_functional", "c10d_functional", "_dtensor")
+"""Operator namespaces of torch.distributed: every collective, however reached, dispatches one of their ops."""
+
+POINT_TO_POINT_OPS = frozenset({"c10d::send", "c10d::recv_", "c10d::recv_any_source_"})
+"""The dispatched ops of ``send``/``isend``/``recv``/``irecv`` (``batch_isend_irecv`` included)."""
+
+RING_ALLOWED_OPS = POINT_TO_POINT_OPS | {"c10d::barrier", "c10d::monitored_barrier_"}
+"""The torch.distributed ops a hand-built ring may dispatch: every other c10d op is a library collective."""
 
 _TAG_BASE = 5
 """Rank r's diagnostic input is ``5**r * (1 + i % 7)``: a sum's base-5 digits count each rank's share
 (exact in float32 for up to four ranks: at most 7 * (1 + 5 + 25 + 125) = 1092)."""
 
 
-def compare_with_library(fn: Callable[..., Any], lengths: Sequence[int], seed: int,
-                         dtypes: Sequence[str] = ("float32",)) -> list[tuple[Any, ...]]:
-    """In each rank: for each length and dtype, ``fn(x)`` vs ``dist.all_reduce(x)`` on random data.
+_RECORD: list[Any] = []
 
-    While ``fn`` runs, every collective of ``torch.distributed`` is replaced by a trap, so a ring that
-    calls one fails. Returns ``(dtype, n, returned, x after the call, expected)`` per case.
-    """
-    torch = _torch()
+
+def dispatch_recorder() -> Any:
+    """A torch dispatch mode whose ``ops`` collects the names of the operations dispatched under it
+    (``aten::add``, ``c10d::send``, ``c10d::allreduce_``...); the course's own guard-buffer work is left out.
+
+    The class opts out of torch's default of wrapping ``__torch_dispatch__`` in ``torch._disable_dynamo``,
+    which imports Dynamo: 3-4 s of CPU in every process that first defines such a class (each rank a Lab 4
+    check starts; measured on the 2-core grader, 2026-11-26)."""
+    if not _RECORD:
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        class Record(TorchDispatchMode):
+            @classmethod
+            def _should_skip_dynamo(cls) -> bool:
+                return False
+
+            def __init__(self) -> None:
+                super().__init__()
+                self.ops: set[str] = set()
+
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+                if not HARNESS[0]:
+                    self.ops.add(str(func._schema.name) if hasattr(func, "_schema") else str(func))
+                return func(*args, **(kwargs or {}))
+
+        _RECORD.append(Record)
+    return _RECORD[0]()
+
+
+def library_collectives(ops: Sequence[str]) -> list[str]:
+    """The ops of ``ops`` that are torch.distributed's own collectives (not a send, receive or barrier)."""
+    return sorted(op for op in ops if op.split("::")[0] in C10D_NAMESPACES and op not in RING_ALLOWED_OPS)
+
+
+def _learner(fn: Any) -> Any:
+    """The learner's function inside the worker's recording wrapper: each rank records its own call."""
+    return fn.fn if type(fn).__name__ == "Recorded" and type(fn).__module__ == "mlsys.course.worker" else fn
+
+
+def _trap_collectives() -> Callable[[], None]:
+    """Replace the collectives of ``torch.distributed`` by a trap (a clear error in the learner's own
+    notebook); returns the function that puts them back. Only a convenience: the recorded ops decide."""
     import torch.distributed as d
     import torch.distributed.distributed_c10d as c10d
 
-    r = d.get_rank()
     originals = {c: getattr(d, c) for c in COLLECTIVES if hasattr(d, c)}
-    modules = (d, c10d)  # the collectives are reachable under both names
 
     def trap(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("the ring called a collective of torch.distributed; build it from send/recv")
 
-    report = []
-    for dtype in dtypes:
-        for n in lengths:
-            g = torch.Generator().manual_seed(seed + 7919 * r + n)
-            if dtype.startswith("int"):
-                x = torch.randint(-1000, 1000, (n,), generator=g, dtype=getattr(torch, dtype))
-            else:
-                x = torch.randn(n, generator=g, dtype=getattr(torch, dtype))
-            want = x.clone()
-            originals["all_reduce"](want)
-            mine = x.clone()
-            for m in modules:
-                for c in originals:
-                    setattr(m, c, trap)
-            try:
+    for m in (d, c10d):  # the collectives are reachable under both names
+        for c in originals:
+            setattr(m, c, trap)
+
+    def restore() -> None:
+        for m in (d, c10d):
+            for c, f in originals.items():
+                setattr(m, c, f)
+    return restore
+
+
+def _ring_rank(fn: Callable[..., Any], inputs: Sequence[Sequence[Any]]) -> list[dict[str, Any]]:
+    """In each rank: ``fn`` on a copy of each of this rank's inputs; per input the tensor it returned (or the
+    name of its type), the input afterwards and the ops the call dispatched."""
+    torch = _torch()
+    import torch.distributed as d
+
+    fn = _learner(fn)
+    rows = []
+    for x in inputs[d.get_rank()]:
+        mine = x.clone()
+        rec = dispatch_recorder()
+        restore = _trap_collectives()
+        try:
+            with rec:
                 out = fn(mine)
-            finally:
-                for m in modules:
-                    for c, f in originals.items():
-                        setattr(m, c, f)
-            report.append((dtype, n, out if out is None else out.clone(), mine, want))
-    return report
+        finally:
+            restore()
+        rows.append({"out": out.detach().clone() if type(out) is torch.Tensor else None, "type": type(out).__name__,
+                     "x": mine, "ops": sorted(rec.ops)})
+    return rows
+
+
+def _launched(target: Callable[..., Any], p: int, *args: Any, timeout: float) -> dict[str, Any]:
+    """``{"ranks": launch(target, p, *args)}``, or ``{"error": "timeout" | "failed", "message": ...}``."""
+    from ..runtime.launch import LaunchError, LaunchTimeout, launch
+
+    dispatch_recorder()  # its class (and torch's dispatch-mode module) made here once, inherited by the forked ranks
+    try:
+        return {"ranks": launch(target, p, *args, timeout=timeout)}
+    except LaunchTimeout as exc:
+        return {"error": "timeout", "message": str(exc)[:3000]}
+    except LaunchError as exc:
+        return {"error": "failed", "message": str(exc)[:3000]}
+
+
+def worker_ring_runs(fn: Callable[..., Any], p: int, inputs: Sequence[Sequence[Any]], *, timeout: float = 30.0) -> dict[str, Any]:
+    """Worker-side half of :func:`check_ring`: ``fn`` on ``p`` ranks, rank r on each tensor of ``inputs[r]``."""
+    return _launched(_ring_rank, int(p), fn, inputs, timeout=float(timeout))
 
 
 def _tagged_run(fn: Callable[..., Any], n: int) -> tuple[Any, list[tuple[int | None, Any]]]:
@@ -852,6 +944,7 @@ def _tagged_run(fn: Callable[..., Any], n: int) -> tuple[Any, list[tuple[int | N
     import torch.distributed as d
     import torch.distributed.distributed_c10d as c10d
 
+    fn = _learner(fn)
     x = (_TAG_BASE ** d.get_rank()) * (1 + torch.arange(n) % 7).to(torch.float32)
     sends: list[tuple[int | None, Any]] = []
     originals = {k: getattr(c10d, k) for k in ("isend", "send")}
@@ -876,6 +969,17 @@ def _tagged_run(fn: Callable[..., Any], n: int) -> tuple[Any, list[tuple[int | N
             setattr(c10d, k, f)
             setattr(d, k, f)
     return x, sends
+
+
+def worker_tagged_runs(fn: Callable[..., Any], p: int, n: int, *, timeout: float = 30.0) -> dict[str, Any]:
+    """Worker-side half of :func:`diagnose_ring`: two runs of :func:`_tagged_run` on ``p`` ranks."""
+    runs = []
+    for _ in range(2):
+        one = _launched(_tagged_run, int(p), fn, int(n), timeout=float(timeout))
+        if "error" in one:
+            return one
+        runs.append([[x, [list(s) for s in sends]] for x, sends in one["ranks"]])
+    return {"runs": runs}
 
 
 def _decode(values: Any, p: int, start: int = 0) -> list[tuple[int, ...] | None]:
@@ -947,6 +1051,28 @@ def diagnose_ring(fn: Callable[..., Any], p: int, n: int, *, timeout: float = 30
     return f"{other} (found on a run of {m} elements)" if other else cause
 
 
+def _tagged_runs(fn: Callable[..., Any], p: int, n: int, timeout: float) -> list[list[tuple[Any, list]]] | None:
+    """Two runs of :func:`_tagged_run` (in the learner's kernel where ``fn`` lives there), checked for form:
+    per run, per rank, the tensor afterwards and the (offset, contents) of each message sent; None on failure."""
+    torch = _torch()
+    reply = fn.run_helper("tagged_runs", p, n, timeout=timeout) if isinstance(fn, RemoteFunction) \
+        else worker_tagged_runs(fn, p, n, timeout=timeout)
+    try:
+        runs = []
+        for run in reply["runs"][:2]:
+            ranks = []
+            for x, sends in run[:p]:
+                if type(x) is not torch.Tensor or x.numel() != n:
+                    return None
+                ok = [(o if isinstance(o, int) and not isinstance(o, bool) else None, t) for o, t in sends
+                      if type(t) is torch.Tensor]
+                ranks.append((x, ok))
+            runs.append(ranks)
+        return runs if len(runs) == 2 and all(len(r) == p for r in runs) else None
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
 def _diagnose_ring(fn: Callable[..., Any], p: int, n: int, *, timeout: float = 30.0) -> str:
     """Why a ring all-reduce gives wrong sums, from a run on inputs whose sums say which ranks they hold.
 
@@ -957,11 +1083,8 @@ def _diagnose_ring(fn: Callable[..., Any], p: int, n: int, *, timeout: float = 3
     its step (chunk indices of either phase); only the last ``n % p`` elements wrong (chunk
     boundaries); shares counted twice. Returns "" where nothing specific is found.
     """
-    from ..runtime.launch import LaunchError, launch
-
-    try:
-        runs = [launch(_tagged_run, p, fn, n, timeout=timeout) for _ in range(2)]
-    except LaunchError:
+    runs = _tagged_runs(fn, p, n, timeout)
+    if runs is None:
         return ""
     results = [[x for x, _ in run] for run in runs]
     first = [_decode(t, p) for t in results[0]]
@@ -999,45 +1122,107 @@ def torch_equal(a: Any, b: Any) -> bool:
     return bool(torch.equal(torch.nan_to_num(a, nan=1.2345), torch.nan_to_num(b, nan=1.2345)))
 
 
+def _grader_generator() -> Any:
+    """A generator seeded from the OS: inputs no answer cell can know in advance."""
+    return _torch().Generator().manual_seed(int.from_bytes(os.urandom(6), "little"))
+
+
+def _ring_input(n: int, dtype: str, gen: Any) -> Any:
+    torch = _torch()
+    if dtype.startswith("int"):
+        return torch.randint(-1000, 1000, (n,), generator=gen, dtype=getattr(torch, dtype))
+    return torch.randn(n, generator=gen, dtype=torch.float64).to(getattr(torch, dtype))
+
+
+def _ranks_reply(reply: Any, p: int, what: str) -> list[Any]:
+    """The per-rank list of a worker-side half's reply, or the :class:`GradingError` its error means."""
+    if not isinstance(reply, dict):
+        raise GradingError(f"{what}: the notebook's kernel sent back a malformed reply")
+    if reply.get("error") in ("timeout", "failed"):
+        raise GradingError(str(reply.get("message", ""))[:3000] or what)
+    ranks = reply.get("ranks")
+    if not isinstance(ranks, list) or len(ranks) != p:
+        raise GradingError(f"{what}: the notebook's kernel sent back a malformed reply (expected {p} ranks)")
+    return ranks
+
+
+def _rank_ops(rows: Any) -> set[str]:
+    ops: set[str] = set()
+    for row in rows if isinstance(rows, list) else []:
+        if isinstance(row, dict) and isinstance(row.get("ops"), list):
+            ops |= {str(op) for op in row["ops"]}
+    return ops
+
+
 def check_ring(fn: Callable[..., Any], world_sizes: Sequence[int], lengths: Sequence[int],
                dtypes: Sequence[str] = ("float32",), timeout: float = 30.0, what: str = "ring_allreduce") -> None:
     """Run ``fn`` as an all-reduce on ``world_sizes`` processes for each length and dtype; fail with a cause.
 
-    float32 runs first; a ring right in float32 and wrong (or dying) in another dtype is reported as a
-    dtype slip. Wrong sums are explained by :func:`diagnose_ring`.
+    Every rank gets inputs drawn here (from the OS's randomness) and its result and its input afterwards
+    are compared with the sum computed here. Every rank's call records the operations it dispatched: a
+    library collective (``c10d::allreduce_`` and the like, however it was reached: ``dist.all_reduce``,
+    ``dist.group.WORLD.allreduce``, a process group's method) fails, and so does a rank of several that
+    sent and received nothing through torch.distributed. float32 runs first; a ring right in float32 and
+    wrong (or dying) in another dtype is reported as a dtype slip. Wrong sums are explained by
+    :func:`diagnose_ring`.
     """
-    from ..runtime.launch import LaunchError, LaunchTimeout, launch
     from .grading import assert_no_library_calls
 
     assert_no_library_calls(fn, forbidden=FORBIDDEN_COLLECTIVES, name=what)
     torch = _torch()
+    gen = _grader_generator()
+    lengths = [int(n) for n in lengths]
     order = sorted(dtypes, key=lambda d: d != "float32")
     for p in world_sizes:
-        seed = int(torch.randint(0, 2**30, ()))
         passed: list[str] = []
         for dtype in order:
             slip = (f" It is right in {passed[0]} but not in {dtype}: a buffer of a fixed dtype? (torch.empty(n) or "
                     "dtype=torch.float32 is float32 whatever the input: allocate scratch buffers with "
                     "dtype=flat.dtype, device=flat.device)") if passed else ""
+            inputs = [[_ring_input(n, dtype, gen) for n in lengths] for _ in range(p)]
+            wide = torch.int64 if dtype.startswith("int") else torch.float64
+            want = [torch.stack([inputs[r][i].to(wide) for r in range(p)]).sum(0).to(getattr(torch, dtype))
+                    for i in range(len(lengths))]
+            reply = fn.run_helper("ring_runs", p, inputs, timeout=timeout) if isinstance(fn, RemoteFunction) \
+                else worker_ring_runs(fn, p, inputs, timeout=timeout)
             try:
-                ranks = launch(compare_with_library, p, fn, lengths, seed, (dtype,), timeout=timeout)
-            except LaunchTimeout as exc:
-                raise GradingError(f"{what} with {p} processes on {dtype} did not finish: {exc}{slip}") from None
-            except LaunchError as exc:
-                raise GradingError(f"{what} with {p} processes on {dtype} failed: {exc}{slip}") from None
+                ranks = _ranks_reply(reply, p, f"{what} with {p} processes on {dtype}")
+            except GradingError as exc:
+                did = "did not finish" if isinstance(reply, dict) and reply.get("error") == "timeout" else "failed"
+                raise GradingError(f"{what} with {p} processes on {dtype} {did}: {exc}{slip}") from None
             for r, rows in enumerate(ranks):
-                for dt, n, out, inplace, want in rows:
-                    where = f"{what}, {p} processes, rank {r}, {n} elements of {dt}"
+                library = library_collectives(sorted(_rank_ops(rows)))
+                if library:
+                    raise GradingError(
+                        f"{what}, {p} processes, rank {r}: running it dispatched {', '.join(library)}, a collective "
+                        "of torch.distributed's library (however it was reached: dist.all_reduce, "
+                        "dist.group.WORLD.allreduce, a process group's method); this exercise asks you to build the "
+                        "ring yourself from send/recv (isend/irecv)")
+                if p > 1 and not _rank_ops(rows) & POINT_TO_POINT_OPS:
+                    raise GradingError(
+                        f"{what}, {p} processes, rank {r}: it sent and received nothing through torch.distributed's "
+                        "send/recv (none was recorded), so the ranks' data moved some other way or not at all; "
+                        "build the ring from send/recv (isend/irecv)")
+            for r, rows in enumerate(ranks):
+                if not isinstance(rows, list) or len(rows) != len(lengths):
+                    raise GradingError(f"{what}, rank {r}: the notebook's kernel sent back a malformed reply")
+                for i, (n, row) in enumerate(zip(lengths, rows, strict=True)):
+                    where = f"{what}, {p} processes, rank {r}, {n} elements of {dtype}"
                     try:
-                        if out is None or not isinstance(out, torch.Tensor):
+                        out = row.get("out") if isinstance(row, dict) else None
+                        inplace = row.get("x") if isinstance(row, dict) else None
+                        if type(out) is not torch.Tensor:
+                            found = str(row.get("type", "?"))[:60] if isinstance(row, dict) else "?"
                             raise GradingError(f"{where}: expected the summed tensor to be returned, found "
-                                               f"{type(out).__name__} (return tensor)")
-                        if out.dtype != want.dtype:
-                            raise GradingError(f"{where}: expected a result of dtype {want.dtype}, found {out.dtype}"
+                                               f"{found} (return tensor)")
+                        if out.dtype != want[i].dtype:
+                            raise GradingError(f"{where}: expected a result of dtype {want[i].dtype}, found {out.dtype}"
                                                f".{slip}")
-                        tol = dict(rtol=1e-5, atol=1e-5) if dt != "float16" else dict(rtol=1e-2, atol=1e-2)
-                        assert_close(out, want, **tol, name=f"{where}, returned tensor")
-                        assert_close(inplace, want, **tol, name=f"{where}, in place (the input tensor itself)")
+                        if type(inplace) is not torch.Tensor:
+                            raise GradingError(f"{where}: the notebook's kernel sent back a malformed reply")
+                        tol = dict(rtol=1e-5, atol=1e-5) if dtype != "float16" else dict(rtol=1e-2, atol=1e-2)
+                        assert_close(out, want[i], **tol, name=f"{where}, returned tensor")
+                        assert_close(inplace, want[i], **tol, name=f"{where}, in place (the input tensor itself)")
                     except GradingError as exc:
                         cause = slip.strip() if slip else diagnose_ring(fn, p, n, timeout=timeout)
                         raise GradingError(f"{exc}" + (f"\nLikely cause: {cause}" if cause else "")) from None
@@ -1057,45 +1242,62 @@ def make_mlp(width: int = 32, depth: int = 3, seed: int = 0) -> Any:
     return nn.Sequential(*layers)
 
 
-def _dp_check(step_fn: Callable[..., Any], batch: int, seed: int) -> tuple[Any, int]:
-    """In each rank: step_fn's gradients, and the rows of the batch its model saw."""
+def _dp_rank(step_fn: Callable[..., Any], x: Any, y: Any, seed: int) -> dict[str, Any]:
+    """In each rank: step_fn's gradients, the rows of the batch its model saw and the ops the step dispatched."""
     torch = _torch()
-    g = torch.Generator().manual_seed(seed)
-    x, y = torch.randn(batch, 32, generator=g), torch.randn(batch, 32, generator=g)
-    model = make_mlp(seed=seed % 1000)
+    model = make_mlp(seed=seed)
     seen: list[int] = []
     model.register_forward_pre_hook(lambda mod, args: seen.append(args[0].shape[0]))
-    grads = step_fn(model, x, y, 0.001)  # tiny buckets: several all-reduces per step
-    return [None if t is None else t.detach().clone() for t in grads], sum(seen)
+    rec = dispatch_recorder()
+    with rec:
+        grads = _learner(step_fn)(model, x.clone(), y.clone(), 0.001)  # tiny buckets: several all-reduces per step
+    grads = [t.detach().clone() if type(t) is torch.Tensor else None for t in grads] if isinstance(grads, (list, tuple)) \
+        else None
+    return {"grads": grads, "rows": sum(seen), "ops": sorted(rec.ops)}
 
 
-def _full_batch_grads(batch: int, seed: int) -> list[Any]:
-    torch = _torch()
-    g = torch.Generator().manual_seed(seed)
-    x, y = torch.randn(batch, 32, generator=g), torch.randn(batch, 32, generator=g)
-    model = make_mlp(seed=seed % 1000)
+def worker_dp_runs(step_fn: Callable[..., Any], p: int, x: Any, y: Any, seed: int, *, timeout: float = 60.0) -> dict[str, Any]:
+    """Worker-side half of :func:`check_dp`: ``step_fn`` on ``p`` ranks, each given the whole batch ``x, y``."""
+    return _launched(_dp_rank, int(p), step_fn, x, y, int(seed), timeout=float(timeout))
+
+
+def _full_batch_grads(x: Any, y: Any, seed: int) -> list[Any]:
+    model = make_mlp(seed=seed)
     ((model(x) - y) ** 2).mean().backward()
     return [param.grad for param in model.parameters()]
 
 
 def check_dp(step_fn: Callable[..., Any], world_sizes: Sequence[int], batch: int, timeout: float = 60.0) -> None:
-    """Every rank of a data-parallel step must end with the whole batch's gradient, having seen its share."""
-    from ..runtime.launch import LaunchError, launch
+    """Every rank of a data-parallel step must end with the whole batch's gradient, having seen its share and
+    exchanged something through torch.distributed (a rank that computed the whole batch alone did not)."""
+    from ..runtime.launch import launch
 
     torch = _torch()
+    gen = _grader_generator()
     for p in world_sizes:
-        seed = int(torch.randint(0, 2**30, ()))
+        x, y = torch.randn(batch, 32, generator=gen), torch.randn(batch, 32, generator=gen)
+        seed = int(torch.randint(0, 1000, (), generator=gen))
+        if isinstance(step_fn, RemoteFunction):
+            reply = step_fn.run_helper("dp_runs", p, x, y, seed, timeout=timeout)
+            want = _full_batch_grads(x, y, seed)  # here: the grader forks no ranks after this
+        else:
+            reply = worker_dp_runs(step_fn, p, x, y, seed, timeout=timeout)
+            # the reference runs in a child too: autograd in this process would start its device threads,
+            # after which forked ranks can no longer use autograd or CUDA
+            want = launch(_full_batch_grads, 1, x, y, seed, timeout=timeout)[0]
         try:
-            ranks = launch(_dp_check, p, step_fn, batch, seed, timeout=timeout)
-        except LaunchError as exc:
+            ranks = _ranks_reply(reply, p, f"data_parallel_step on {p} processes")
+        except GradingError as exc:
             raise GradingError(f"data_parallel_step on {p} processes failed: {exc}") from None
-        # the reference runs in a child too: autograd in this process would start its device threads,
-        # after which forked ranks can no longer use autograd or CUDA
-        want = launch(_full_batch_grads, 1, batch, seed, timeout=timeout)[0]
-        for r, (grads, rows) in enumerate(ranks):
+        for r, rank in enumerate(ranks):
+            grads, rows = (rank.get("grads"), rank.get("rows")) if isinstance(rank, dict) else (None, None)
             if rows != batch // p:
                 raise GradingError(f"rank {r} of {p}: expected the model to see its share of {batch // p} rows, "
                                    f"it saw {rows}")
+            if p > 1 and not any(op.split("::")[0] in C10D_NAMESPACES for op in _rank_ops([rank])):
+                raise GradingError(f"rank {r} of {p}: its step exchanged nothing through torch.distributed (no "
+                                   "collective or message was recorded), so it cannot hold the whole batch's gradient "
+                                   "honestly; average the gradients across processes (DDP, or an all-reduce)")
             if not isinstance(grads, list) or len(grads) != len(want):
                 raise GradingError(f"rank {r}: expected a list of {len(want)} gradients, found {type(grads).__name__}")
             for i, (got, exp) in enumerate(zip(grads, want, strict=True)):

@@ -20,7 +20,7 @@ from typing import Any
 
 from ..runtime.device import has_cuda
 from . import watchdog
-from .proxy import HARNESS, RPC_MIME, Rejected, decode, encode
+from .proxy import RPC_MIME, Rejected, decode, encode
 
 HANDLES: dict[int, Any] = {}
 
@@ -40,22 +40,11 @@ def _ref(d: dict[str, Any]) -> Any:
 
 
 def _recorder() -> Any:
-    torch = sys.modules.get("torch")
-    if torch is None:
+    if sys.modules.get("torch") is None:
         return None
-    from torch.utils._python_dispatch import TorchDispatchMode
+    from .checks import dispatch_recorder
 
-    class Record(TorchDispatchMode):
-        def __init__(self) -> None:
-            super().__init__()
-            self.ops: set[str] = set()
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
-            if not HARNESS[0]:  # not the course's own guard-buffer work inside the learner's call
-                self.ops.add(str(getattr(func, "_schema", func).name) if hasattr(func, "_schema") else str(func))
-            return func(*args, **(kwargs or {}))
-
-    return Record()
+    return dispatch_recorder()
 
 
 def _answer(ns: dict[str, Any], req: dict[str, Any]) -> dict[str, Any]:
@@ -121,7 +110,7 @@ class Recorded:
                 self.recorded_ops |= rec.ops
 
 
-HELPERS = ("run_guarded", "call_checked", "calls_of", "running_sums_probe")
+HELPERS = ("run_guarded", "call_checked", "calls_of", "running_sums_probe", "ring_runs", "tagged_runs", "dp_runs")
 """The worker-side halves of the course's checks (:mod:`mlsys.course.checks`) a grader may ask for by name."""
 
 
@@ -131,7 +120,9 @@ def _helper(name: str) -> Any:
     if name not in HELPERS:
         raise ValueError(f"unknown helper {name!r}")
     return {"run_guarded": checks.worker_run_guarded, "call_checked": checks.worker_call_checked,
-            "calls_of": checks.calls_of, "running_sums_probe": checks.running_sums_probe}[name]
+            "calls_of": checks.calls_of, "running_sums_probe": checks.running_sums_probe,
+            "ring_runs": checks.worker_ring_runs, "tagged_runs": checks.worker_tagged_runs,
+            "dp_runs": checks.worker_dp_runs}[name]
 
 
 def _snapshot(x: Any) -> bytes | None:

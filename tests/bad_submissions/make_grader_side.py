@@ -1,10 +1,13 @@
-"""Write the corpus cases that attack test cells run in the grader (Labs 1, 2, 3 and 5).
+"""Write the corpus cases that attack test cells run in the grader (Labs 1 to 5).
 
 ``python tests/bad_submissions/make_grader_side.py`` regenerates them from the labs' **releases** (a
 learner's blank copy): each case replaces whole answer cells (metadata kept) with hostile code. Every
 attack here would raise a blank notebook's score if a test cell ran where the answer cells run (in the
-learner's kernel); graded with the test cells in the grader process each earns 0. The expected rows are
-in each lab folder's ``expected.json`` (merged, not overwritten).
+learner's kernel); graded with the test cells in the grader process each earns 0. ``ANSWERED`` cases start
+from the instructor's answers and attack one exercise: they lose that exercise's points (``message`` is a
+piece of the test output that says why), or, where the attack forges evidence inside the learner's kernel and
+cannot be prevented, keep them with a flag (``flags``). The expected rows are in each lab folder's
+``expected.json`` (merged, not overwritten).
 """
 
 from __future__ import annotations
@@ -125,13 +128,174 @@ _checks.running_sums_probe = lambda *a, **k: [(torch.zeros(16, 16), torch.zeros(
 grading = type("Anything", (), {"__getattr__": lambda self, name: (lambda *a, **k: None)})()
 '''
 
-CASES = {  # (lab, short, case): {grade_id of an answer cell: its new source}, expected row
+LAB4_REBIND = '''\
+# the course's helpers rebound as globals and patched in their modules (the grading module, check_ring,
+# check_dp, the ring's diagnosis and its collective filter); every answer below is wrong
+import mlsys.course.checks as _checks
+import mlsys.course.grading as _grading
+
+_grading.assert_quantity_close = lambda *a, **k: None
+_grading.assert_close = lambda *a, **k: None
+_grading.assert_no_library_calls = lambda *a, **k: None
+_checks.check_ring = lambda *a, **k: None
+_checks.check_dp = lambda *a, **k: None
+_checks.diagnose_ring = lambda *a, **k: ""
+_checks.library_collectives = lambda ops: []
+grading = type("Anything", (), {"__getattr__": lambda self, name: (lambda *a, **k: None)})()
+check_ring = check_dp = lambda *a, **k: None  # noqa: E731
+
+
+class _Same(str):
+    def __eq__(self, other):
+        return True
+
+    __hash__ = str.__hash__
+
+
+def latency_bound_below(world_size, latency, bandwidth):
+    return 0
+
+
+def faster_algorithm(nbytes, world_size, latency, bandwidth):
+    return _Same("ring")
+'''
+
+LAB4_IDENTITY_RING = '''\
+def chunk_bounds(n, p):
+    return [0] * (p + 1)
+
+
+def ring_allreduce(tensor):
+    return tensor  # the identity: every rank keeps its own input
+'''
+
+LAB4_ZEROS = {
+    "bandwidths": "def bandwidths(nbytes, seconds, world_size):\\n    return 0, 0\\n",
+    "overlap": '''\
+def overlap_bounds(compute, comm_time):
+    return 0, 0
+
+
+def data_parallel_step(model, x, y, bucket_mb):
+    return [p.detach() * 0 for p in model.parameters()]
+''',
+}
+
+LAB4_WORLD_GROUP = '''\
+def chunk_bounds(n, p):
+    return [i * n // p for i in range(p + 1)]
+
+
+def ring_allreduce(tensor):
+    # the library's all-reduce through the process group object, not through the dist.all_reduce name
+    dist.group.WORLD.allreduce(tensor.view(-1)).wait()
+    return tensor
+'''
+
+LAB4_PATCHED_CHECKS = '''\
+# an identity "ring" behind patched checks: the course's check_ring, its p2p test and its comparison
+import mlsys.course.checks as _checks
+import mlsys.course.grading as _grading
+
+_checks.check_ring = lambda *a, **k: print("ring_allreduce: correct")
+_checks.POINT_TO_POINT_OPS = frozenset({"aten::clone"})
+_checks._rank_ops = lambda rows: {"c10d::send"}
+_checks.assert_close = _grading.assert_close = lambda *a, **k: None
+check_ring = _checks.check_ring
+
+
+def chunk_bounds(n, p):
+    return [i * n // p for i in range(p + 1)]
+
+
+def ring_allreduce(tensor):
+    return tensor
+'''
+
+LAB4_FORGED_REPORT = '''\
+# the library's all-reduce, reached through a table bound outside the function (the source check reads only
+# the def), and the worker-side half of check_ring replaced so that the kernel forges each rank's report: the
+# sums computed here from the grader's inputs, with a send and a receive claimed for every rank
+import mlsys.course.checks as _checks
+
+_collective = {"sum": lambda t: dist.group.WORLD.allreduce(t).wait()}
+
+
+def _forged(fn, p, inputs, *, timeout=30.0):
+    ranks = []
+    for r in range(p):
+        rows = []
+        for i in range(len(inputs[r])):
+            total = inputs[0][i].clone()
+            for q in range(1, p):
+                total += inputs[q][i]
+            rows.append({"out": total.clone(), "type": "Tensor", "x": total, "ops": ["c10d::recv_", "c10d::send"]})
+        ranks.append(rows)
+    return {"ranks": ranks}
+
+
+_checks.worker_ring_runs = _forged
+
+
+def chunk_bounds(n, p):
+    return [i * n // p for i in range(p + 1)]
+
+
+def ring_allreduce(tensor):
+    _collective["sum"](tensor.view(-1))
+    return tensor
+'''
+
+CASES = {  # (lab, short, case): ({grade_id of an answer cell: its new source}, points), expected row: 0 of them
     ("lab1_roofline", "lab1", "input_transformer"): ({"FIRST": TRANSFORMER}, 11),
     ("lab2_tiled_matmul", "lab2", "hooks_and_helpers"): ({"add_kernel": HOOKS_AND_HELPERS, "tile_report": WRONG_TILE_REPORT}, 14),
     ("lab3_fusion", "lab3", "input_transformer"): ({"FIRST": TRANSFORMER}, 14),
     ("lab3_fusion", "lab3", "fake_tensor"): ({"fused_elementwise": FAKE_TENSOR}, 14),
     ("lab5_attention", "lab5", "vars_sdpa"): ({"attention_launcher": VARS_SDPA}, 19),
+    ("lab4_collectives", "lab4", "rebind_helpers"): ({"predict": LAB4_REBIND, "ring": LAB4_IDENTITY_RING, **LAB4_ZEROS}, 17),
+    ("lab4_collectives", "lab4", "input_transformer"): ({"FIRST": TRANSFORMER}, 17),
 }
+
+ANSWERED = {  # (lab, short, case): ({grade_id: new source}, expected row): the other answers are the instructor's
+    ("lab4_collectives", "lab4", "world_group_allreduce"): (
+        {"ring": LAB4_WORLD_GROUP},
+        {"status": "ok", "correctness_score": 11, "correctness_max": 17, "message": "allreduce"}),
+    ("lab4_collectives", "lab4", "patched_checks"): (
+        {"ring": LAB4_PATCHED_CHECKS},
+        {"status": "ok", "correctness_score": 11, "correctness_max": 17, "message": "sent and received nothing"}),
+    # not prevented (the evidence is made in the learner's kernel): the audit's flag is the teacher's warning
+    ("lab4_collectives", "lab4", "forged_ring_report"): (
+        {"ring": LAB4_FORGED_REPORT},
+        {"status": "ok", "correctness_score": 17, "correctness_max": 17, "flags": "patching"}),
+}
+
+
+def _answered(lab: str) -> dict:
+    """The lab's release with every answer cell's source taken from the instructor notebook (markers removed)."""
+    import re
+
+    rel = json.loads((REPO / "labs" / "release" / lab / f"{lab}.ipynb").read_text(encoding="utf-8"))
+    src = json.loads((REPO / "labs" / "source" / lab / f"{lab}.ipynb").read_text(encoding="utf-8"))
+    answers = {}
+    for c in src["cells"]:
+        meta = c["metadata"].get("nbgrader") or {}
+        if meta.get("solution") and c["cell_type"] == "code":
+            text = "".join(c["source"]) if isinstance(c["source"], list) else c["source"]
+            answers[meta["grade_id"]] = re.sub(r"[ \t]*### (BEGIN|END) SOLUTION\n", "", text)
+    for c in rel["cells"]:
+        gid = (c["metadata"].get("nbgrader") or {}).get("grade_id")
+        if gid in answers:
+            c["source"] = answers[gid].splitlines(True)
+    return rel
+
+
+def _write(folder: Path, case: str, nb: dict, row: dict) -> None:
+    folder.mkdir(exist_ok=True)
+    (folder / f"{case}.nb.json").write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    exp_path = folder / "expected.json"
+    expected = json.loads(exp_path.read_text()) if exp_path.exists() else {}
+    expected[case] = row
+    exp_path.write_text(json.dumps(expected, indent=1, sort_keys=True) + "\n")
 
 
 def main() -> None:
@@ -143,13 +307,14 @@ def main() -> None:
             cell = answers[0] if gid == "FIRST" else next(
                 c for c in answers if c["metadata"]["nbgrader"]["grade_id"] == gid)
             cell["source"] = src.splitlines(True)
-        folder = HERE / short
-        folder.mkdir(exist_ok=True)
-        (folder / f"{case}.nb.json").write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-        exp_path = folder / "expected.json"
-        expected = json.loads(exp_path.read_text()) if exp_path.exists() else {}
-        expected[case] = {"status": "ok", "correctness_score": 0, "correctness_max": out_of}
-        exp_path.write_text(json.dumps(expected, indent=1, sort_keys=True) + "\n")
+        _write(HERE / short, case, nb, {"status": "ok", "correctness_score": 0, "correctness_max": out_of})
+    for (lab, short, case), (replace, row) in ANSWERED.items():
+        nb = _answered(lab)
+        for c in nb["cells"]:
+            gid = (c["metadata"].get("nbgrader") or {}).get("grade_id")
+            if gid in replace:
+                c["source"] = replace[gid].splitlines(True)
+        _write(HERE / short, case, nb, row)
 
 
 if __name__ == "__main__":
