@@ -240,6 +240,17 @@ def test_nbval_lax_passes_over_instructor_and_release_notebooks(notebook):
 CORPUS_SHARDS = 2
 
 
+def _corpus_cases() -> tuple[dict[str, dict], dict[str, str]]:
+    """(the cases graded here by test_bad_submission_corpus, {case: where its attack is graded instead}).
+
+    A case whose attack and defence are already graded elsewhere (a real lab's corpus graded through the
+    same pipeline, or the same code in the verdict process) names that place as ``covered_by`` in
+    expected.json and is not graded a second time here (each grading costs ~8 CPU-seconds)."""
+    every = json.loads((CORPUS / "expected.json").read_text())
+    covered = {name: want["covered_by"] for name, want in every.items() if "covered_by" in want}
+    return {name: want for name, want in every.items() if name not in covered}, covered
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("shard", range(CORPUS_SHARDS))
 def test_bad_submission_corpus(tmp_path, shard):
@@ -251,7 +262,7 @@ def test_bad_submission_corpus(tmp_path, shard):
     exactly one, each shard a class of its own), so the test workers share it out.
     """
     _sandbox_or_skip()
-    every = json.loads((CORPUS / "expected.json").read_text())
+    every = _corpus_cases()[0]
     expected = {name: every[name] for name in sorted(every)[shard::CORPUS_SHARDS]}
     root = _tiny_course(tmp_path)
     for name in expected:
@@ -297,10 +308,32 @@ def test_bad_submission_corpus(tmp_path, shard):
 
 
 def test_the_corpus_shards_cover_every_case_once():
-    every = sorted(json.loads((CORPUS / "expected.json").read_text()))
+    every = sorted(_corpus_cases()[0])
     shards = [every[i::CORPUS_SHARDS] for i in range(CORPUS_SHARDS)]
     assert sorted(sum(shards, [])) == every and all(shards)
     assert {"good", "enormous_output", "steal_solution", "malformed_json"} <= set(every)  # the tail's checks run
+    # every file of the corpus has its expected row, and every case is graded here or where expected.json says
+    files = {p.name.removesuffix(".nb.json") for p in CORPUS.glob("*.nb.json")}
+    assert files == set(every) | set(_corpus_cases()[1])
+
+
+def test_every_case_not_graded_here_is_graded_where_it_says():
+    """A case left out of test_bad_submission_corpus names a corpus file that a test grades, or a test
+    that exists and names the case's attack (so a rename or a deletion there shows up here)."""
+    tests = Path(__file__).resolve().parent
+    covered = _corpus_cases()[1]
+    assert covered, "expected.json names no covering place: every case is graded here"
+    for name, where in covered.items():
+        if "::" in where:
+            path, test = where.split("::")
+            assert re.search(rf"^def {test}\(", (tests / path).read_text(encoding="utf-8"), re.M), f"{name}: no {where}"
+        else:
+            assert (CORPUS / where).is_file(), f"{name}: {where} is missing"
+            folder = where.split("/")[0]
+            expected = json.loads((CORPUS / folder / "expected.json").read_text())
+            # every row of a lab's expected.json is checked in that lab's one graded course
+            # (test_attacks_on_grader_side_test_cells_earn_nothing for Labs 1-3, test_lab5.py for Lab 5)
+            assert Path(where).name.removesuffix(".nb.json") in expected, f"{name}: {where} has no expected row"
 
 
 @pytest.mark.slow
