@@ -333,8 +333,8 @@ def test_the_corpus_shards_cover_every_case_once():
 
 
 def test_every_case_not_graded_here_is_graded_where_it_says():
-    """A case left out of test_bad_submission_corpus names a corpus file that a test grades, or a test
-    that exists and names the case's attack (so a rename or a deletion there shows up here)."""
+    """A case left out of test_bad_submission_corpus names a lab's corpus file with its expected row (which that
+    lab's graded-course test checks), or a test that exists (so a rename or a deletion there shows up here)."""
     tests = Path(__file__).resolve().parent
     covered = _corpus_cases()[1]
     assert covered, "expected.json names no covering place: every case is graded here"
