@@ -238,10 +238,32 @@ def test_nbval_lax_passes_over_instructor_and_release_notebooks(notebook):
 
 
 CORPUS_SHARDS = 2
+# Cases that compute until their cell's time limit stops them: graded in a class of their own whose cells have
+# 6 s (every other cell of theirs is a line or two), not the 15 s that the others' performance cells need on a
+# busy machine; a spinning kernel uses a core until its limit.
+SPINNING = ("ignores_interrupt", "infinite_loop")
+SHARDS = ["spinning", *range(CORPUS_SHARDS)]
+
+
+def _shard(shard: str | int) -> tuple[list[str], int]:
+    """(the cases of ``shard``, its per-cell time limit in seconds)."""
+    every = sorted(name for name in _corpus_cases()[0] if name not in SPINNING)
+    return (list(SPINNING), 6) if shard == "spinning" else (every[shard::CORPUS_SHARDS], 15)
+
+
+def _corpus_cases() -> tuple[dict[str, dict], dict[str, str]]:
+    """(the cases graded here by test_bad_submission_corpus, {case: where its attack is graded instead}).
+
+    A case whose attack and defence are already graded elsewhere (a real lab's corpus graded through the
+    same pipeline, or the same code in the verdict process) names that place as ``covered_by`` in
+    expected.json and is not graded a second time here (each grading costs ~8 CPU-seconds)."""
+    every = json.loads((CORPUS / "expected.json").read_text())
+    covered = {name: want["covered_by"] for name, want in every.items() if "covered_by" in want}
+    return {name: want for name, want in every.items() if name not in covered}, covered
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("shard", range(CORPUS_SHARDS))
+@pytest.mark.parametrize("shard", SHARDS)
 def test_bad_submission_corpus(tmp_path, shard):
     """Each hostile submission gets its expected row; the good one beside them gets full marks.
 
@@ -251,8 +273,9 @@ def test_bad_submission_corpus(tmp_path, shard):
     exactly one, each shard a class of its own), so the test workers share it out.
     """
     _sandbox_or_skip()
-    every = json.loads((CORPUS / "expected.json").read_text())
-    expected = {name: every[name] for name in sorted(every)[shard::CORPUS_SHARDS]}
+    every = _corpus_cases()[0]
+    names, cell_timeout = _shard(shard)
+    expected = {name: every[name] for name in names}
     root = _tiny_course(tmp_path)
     for name in expected:
         _submit(root, name, "lab0_tiny", CORPUS / f"{name}.nb.json")
@@ -261,7 +284,7 @@ def test_bad_submission_corpus(tmp_path, shard):
     guarded = _tree_hashes(root / "source", root / "submitted", Path(mlsys.__file__).parent, LABS / "source",
                            CORPUS / "source")
     guarded[root / "nbgrader_config.py"] = (root / "nbgrader_config.py").read_bytes()
-    rows = teach.grade(root, timeout=120, cell_timeout=15, feedback=False, verbose=False, jobs=2, perf="fake")
+    rows = teach.grade(root, timeout=120, cell_timeout=cell_timeout, feedback=False, verbose=False, jobs=2, perf="fake")
     got = {r.student: r for r in rows}
     assert sorted(got) == sorted(expected)
     for name, want in expected.items():
@@ -278,6 +301,8 @@ def test_bad_submission_corpus(tmp_path, shard):
         if "flags" in want:
             assert (want["flags"] in row.flags) if want["flags"] else row.flags == "", f"{name}: flags {row.flags!r}"
         assert row.correctness_max == 3 and row.performance_max == 1
+        if name in SPINNING:  # stopped by the limit in the answer cell itself; test_total keeps its point
+            assert "cell double timed out" in row.reason, f"{name}: {row}"
     changed = [str(p) for p, data in guarded.items() if not p.is_file() or p.read_bytes() != data]
     assert not changed, f"grading changed files outside its output folders: {changed[:5]}"
     assert not live_processes_with("31337"), "a process started by a submission outlived grading"
@@ -297,10 +322,33 @@ def test_bad_submission_corpus(tmp_path, shard):
 
 
 def test_the_corpus_shards_cover_every_case_once():
-    every = sorted(json.loads((CORPUS / "expected.json").read_text()))
-    shards = [every[i::CORPUS_SHARDS] for i in range(CORPUS_SHARDS)]
+    every = sorted(_corpus_cases()[0])
+    shards = [_shard(s)[0] for s in SHARDS]
     assert sorted(sum(shards, [])) == every and all(shards)
+    assert all(_corpus_cases()[0][name]["reason"] == "timed out" for name in SPINNING)
     assert {"good", "enormous_output", "steal_solution", "malformed_json"} <= set(every)  # the tail's checks run
+    # every file of the corpus has its expected row, and every case is graded here or where expected.json says
+    files = {p.name.removesuffix(".nb.json") for p in CORPUS.glob("*.nb.json")}
+    assert files == set(every) | set(_corpus_cases()[1])
+
+
+def test_every_case_not_graded_here_is_graded_where_it_says():
+    """A case left out of test_bad_submission_corpus names a lab's corpus file with its expected row (which that
+    lab's graded-course test checks), or a test that exists (so a rename or a deletion there shows up here)."""
+    tests = Path(__file__).resolve().parent
+    covered = _corpus_cases()[1]
+    assert covered, "expected.json names no covering place: every case is graded here"
+    for name, where in covered.items():
+        if "::" in where:
+            path, test = where.split("::")
+            assert re.search(rf"^def {test}\(", (tests / path).read_text(encoding="utf-8"), re.M), f"{name}: no {where}"
+        else:
+            assert (CORPUS / where).is_file(), f"{name}: {where} is missing"
+            folder = where.split("/")[0]
+            expected = json.loads((CORPUS / folder / "expected.json").read_text())
+            # every row of a lab's expected.json is checked in that lab's one graded course
+            # (test_attacks_on_grader_side_test_cells_earn_nothing for Labs 1-3, test_lab5.py for Lab 5)
+            assert Path(where).name.removesuffix(".nb.json") in expected, f"{name}: {where} has no expected row"
 
 
 @pytest.mark.slow

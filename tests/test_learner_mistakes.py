@@ -202,19 +202,35 @@ def _inject(mistakes: tuple[Mistake, ...], tmp: Path) -> Path:
     return path
 
 
+# An endless loop is stopped after checks.CPU_LIMIT (60 s) of computation: the run of a mistake that loops
+# spins for that long. Such runs stop guarded calls after ENDLESS_LOOP_CPU_LIMIT instead (the same watchdog,
+# a smaller limit; the lab's honest checks each compute for well under a second on a CPU).
+ENDLESS_LOOP_CPU_LIMIT = 8.0
+
 _RUNNER = textwrap.dedent("""
-    import json, sys
+    import json, os, sys
     from mlsys.runtime import notebook as nbexec
+    limit = os.environ.get("MISTAKES_CPU_LIMIT")
+    if limit:  # the guarded calls' default limit, where they read it (a keyword default and the module constant)
+        from mlsys.course import checks
+        checks.CPU_LIMIT = float(limit)
+        for fn in vars(checks).values():
+            if "cpu_limit" in (getattr(fn, "__kwdefaults__", None) or {}):
+                fn.__kwdefaults__["cpu_limit"] = float(limit)
     records = nbexec.run_cells(sys.argv[1], skip=tuple(sys.argv[3:]))
     with open(sys.argv[2], "w") as fh:
         json.dump(records, fh)
 """)
 
 
-def run_notebook(path: Path, skip: tuple[str, ...], timeout: float = 900) -> dict[str, dict]:
-    """Run every code cell of ``path`` in a child process; graded cells' records by grade_id."""
+def run_notebook(path: Path, skip: tuple[str, ...], timeout: float = 900,
+                 cpu_limit: float | None = None) -> dict[str, dict]:
+    """Run every code cell of ``path`` in a child process; graded cells' records by grade_id. ``cpu_limit``:
+    the seconds of computation after which a guarded call is stopped (default: checks.CPU_LIMIT)."""
     out = path.with_suffix(".json")
     env = {**os.environ, "PYTHONPATH": str(REPO), "MPLBACKEND": "Agg"}
+    if cpu_limit is not None:
+        env["MISTAKES_CPU_LIMIT"] = str(cpu_limit)
     proc = subprocess.run([sys.executable, "-c", _RUNNER, str(path), str(out), *skip], env=env,
                           capture_output=True, text=True, timeout=timeout, cwd=path.parent)
     assert proc.returncode == 0 and out.is_file(), f"the notebook run itself died: {proc.stderr[-3000:]}"
@@ -224,7 +240,9 @@ def run_notebook(path: Path, skip: tuple[str, ...], timeout: float = 900) -> dic
 @pytest.mark.slow
 @pytest.mark.parametrize("mistakes", GROUPS, ids=[" + ".join(f"{m.lab}: {m.name}" for m in g) for g in GROUPS])
 def test_each_mistake_costs_its_exercise_and_names_itself(mistakes, tmp_path):
-    graded = run_notebook(_inject(mistakes, tmp_path), HEAVY[mistakes[0].lab])
+    loops = any("endless loop" in m.message for m in mistakes)
+    graded = run_notebook(_inject(mistakes, tmp_path), HEAVY[mistakes[0].lab],
+                          cpu_limit=ENDLESS_LOOP_CPU_LIMIT if loops else None)
     failed = {gid for gid, r in graded.items() if r["status"] not in ("ok", "skipped")}
     points = {gid: r["points"] for gid, r in graded.items()}
     expected = set().union(*(m.lost for m in mistakes))
@@ -236,6 +254,9 @@ def test_each_mistake_costs_its_exercise_and_names_itself(mistakes, tmp_path):
         for gid in m.lost:
             status = graded[gid]["status"]
             assert re.search(m.message, status, re.S), f"{m.name}: {gid} failed with {status[:600]!r}"
+            if "endless loop" in m.message:  # stopped by the limit this run set (polled each second), not another
+                spent = re.search(r"stopped after (\d+) s of computation", status)
+                assert spent and ENDLESS_LOOP_CPU_LIMIT <= int(spent.group(1)) + 1 <= ENDLESS_LOOP_CPU_LIMIT + 3, status[:600]
     assert all(r["status"] == "ok" for g, r in graded.items() if g.startswith("perf_")), "a perf cell failed"
 
 

@@ -100,6 +100,9 @@ def test_feedback_and_autograded_notebook_carry_no_hidden_test_and_no_live_marku
     rows = {r.student: r for r in teach.grade(root, timeout=300, verbose=False, perf="off")}
     secret = hidden_lines(source)
     assert secret
+    # the markup case's row as tests/bad_submissions/expected.json gives it (graded here, not a second time there)
+    assert rows["markup_and_leak"].status == "ok" and "get_ipython" in rows["markup_and_leak"].flags, rows["markup_and_leak"]
+    assert rows["good"].flags == "", rows["good"]
     for name in ("good", "markup_and_leak"):
         assert rows[name].correctness_score == 3, rows[name]
         pages = list((root / "feedback" / name / "lab0_tiny").glob("*.html"))

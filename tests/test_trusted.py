@@ -293,6 +293,50 @@ def test_a_worker_that_dies_or_garbles_the_wire_earns_nothing():
     assert v["credit"] == 0.0 and v["reason"].startswith("refused"), v
 
 
+# ------------------------------------------------------------------ the tiny lab's corpus, in the verdict process
+
+TINY_CORPUS = Path(__file__).resolve().parent / "bad_submissions"
+
+
+def _tiny_cases_graded_here() -> list[str]:
+    import json
+
+    every = json.loads((TINY_CORPUS / "expected.json").read_text())
+    here = "test_trusted.py::test_tiny_corpus_perf_attacks_in_the_verdict_process"
+    return sorted(name for name, want in every.items() if want.get("covered_by") == here)
+
+
+@pytest.mark.slow  # a trusted process per case: ~3 s of CPU each
+@pytest.mark.parametrize("name", _tiny_cases_graded_here())
+def test_tiny_corpus_perf_attacks_in_the_verdict_process(name):
+    """The corpus' performance attacks that no case above makes (a cache keyed on the input's address, one
+    buffer handed back every call, a slowed baseline), from their notebooks' answer cells under the tiny
+    lab's perf.toml: the performance score and reason expected.json gives (tests/test_lab_pipeline.py
+    grades the corpus' other cases end to end, through the sandbox)."""
+    import json
+    import subprocess
+    import sys
+    import tomllib
+
+    from mlsys.course.trusted import answer_cells
+
+    want = json.loads((TINY_CORPUS / "expected.json").read_text())[name]
+    cases = tomllib.loads((TINY_CORPUS / "source" / "lab0_tiny" / "perf.toml").read_text(encoding="utf-8"))
+    nb = json.loads((TINY_CORPUS / f"{name}.nb.json").read_text())
+    job = {"cases": cases, "cells": answer_cells(nb), "fake": True, "seed": 7, "nonce": "N0NCE", "cell_timeout": 60}
+    proc = subprocess.run([sys.executable, "-P", "-m", "mlsys.course.trusted"], input=json.dumps(job),
+                          capture_output=True, text=True, timeout=300)
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("N0NCE ")), None)
+    assert line is not None, proc.stderr[-3000:]
+    v = json.loads(line[len("N0NCE "):])["verdicts"]["perf_speed"]
+    assert v["score"] == want["performance_score"], (name, v)
+    assert want.get("reason", "") in v["reason"] and (v["reason"] == "") == (want["performance_score"] > 0), (name, v)
+
+
+def test_the_tiny_corpus_sends_its_uncovered_perf_attacks_here():
+    assert _tiny_cases_graded_here() == ["patch_reference", "perf_cache_by_address", "perf_stale_buffer"]
+
+
 # ------------------------------------------------------------------ Lab 4: a collective on two ranks
 
 LAB4_PERF = Path(__file__).resolve().parent / "bad_submissions" / "lab4_perf"
@@ -317,23 +361,33 @@ def _lab4_job(cells: list[str]) -> dict:
     return json.loads(line[len("N0NCE "):])
 
 
-@pytest.mark.slow  # seven gradings, each with four torch processes (about 30 s of CPU each)
-def test_lab4_ring_attacks_earn_no_performance_credit_on_two_gloo_ranks():
+def _lab4_perf_cases() -> dict[str, dict]:
+    import json
+
+    return json.loads((LAB4_PERF / "expected.json").read_text())
+
+
+def test_every_lab4_perf_case_has_its_expected_row():
+    assert {p.name.removesuffix(".nb.json") for p in LAB4_PERF.glob("*.nb.json")} == set(_lab4_perf_cases())
+
+
+# one test per case (each a grading with four torch processes), so that the test workers share them out
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(_lab4_perf_cases()))
+def test_lab4_ring_attacks_earn_no_performance_credit_on_two_gloo_ranks(name):
     """tests/bad_submissions/lab4_perf: the library's all-reduce reached through the process group or
     below the dispatcher, a cache, a rebound ``grading``, patched clocks, a result finished after return."""
     import json
 
     from mlsys.course.trusted import answer_cells
 
-    expected = json.loads((LAB4_PERF / "expected.json").read_text())
-    assert {p.name.removesuffix(".nb.json") for p in LAB4_PERF.glob("*.nb.json")} == set(expected)
-    for name, want in expected.items():
-        nb = json.loads((LAB4_PERF / f"{name}.nb.json").read_text())
-        v = _lab4_job(answer_cells(nb))["verdicts"]["perf_ring"]
-        assert v["score"] == want["performance_score"], f"{name}: {v['score']} {v['reason']}"
-        assert want["reason"] in v["reason"], f"{name}: {v['reason']}"
-        if want["performance_score"]:
-            assert "2 rounds" in v["lines"][0] or "3 rounds" in v["lines"][0], v["lines"]
+    want = _lab4_perf_cases()[name]
+    nb = json.loads((LAB4_PERF / f"{name}.nb.json").read_text())
+    v = _lab4_job(answer_cells(nb))["verdicts"]["perf_ring"]
+    assert v["score"] == want["performance_score"], f"{name}: {v['score']} {v['reason']}"
+    assert want["reason"] in v["reason"], f"{name}: {v['reason']}"
+    if want["performance_score"]:
+        assert "2 rounds" in v["lines"][0] or "3 rounds" in v["lines"][0], v["lines"]
 
 
 @pytest.mark.slow  # the whole instructor notebook's answer cells in two ranks (launches of their own included)
