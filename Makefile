@@ -41,8 +41,9 @@ book: $(STAMP)
 
 # Every test once (chapters are executed by tests/test_book.py, or taken from a fresh book build's cache;
 # the nbgrader pipeline runs for real; the browser test runs where a built book exists).
-# Three pytest-xdist workers (on the CI machine's 2 cores as fast as two: the cores bound it, about 1200
-# CPU-seconds of tests; TEST_WORKERS=N on a bigger machine): tests that
+# Three pytest-xdist workers (on the CI machine's 2 cores as fast as two: the cores bound it; the tests of the
+# fresh-clone CI of 2026-11-26 took 741 s and 1396 CPU-seconds, every process counted in a cgroup; TEST_WORKERS=N
+# on a bigger machine): tests that
 # share a session's expensive work (a lab's graded course, the Slurm node) stay on one
 # worker (--dist loadgroup, groups set in tests/conftest.py). The 20 slowest tests are listed at the end.
 TEST_WORKERS ?= 3
