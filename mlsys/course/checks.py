@@ -1055,8 +1055,7 @@ def _tagged_runs(fn: Callable[..., Any], p: int, n: int, timeout: float) -> list
     """Two runs of :func:`_tagged_run` (in the learner's kernel where ``fn`` lives there), checked for form:
     per run, per rank, the tensor afterwards and the (offset, contents) of each message sent; None on failure."""
     torch = _torch()
-    reply = fn.run_helper("tagged_runs", p, n, timeout=timeout) if isinstance(fn, RemoteFunction) \
-        else worker_tagged_runs(fn, p, n, timeout=timeout)
+    reply = _worker_half(fn, "tagged_runs", worker_tagged_runs, p, n, timeout=timeout)
     try:
         runs = []
         for run in reply["runs"][:2]:
@@ -1134,6 +1133,15 @@ def _ring_input(n: int, dtype: str, gen: Any) -> Any:
     return torch.randn(n, generator=gen, dtype=torch.float64).to(getattr(torch, dtype))
 
 
+def _worker_half(fn: Any, name: str, local: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """The worker-side half of a check, run where ``fn`` lives: ``name`` (one of :data:`mlsys.course.worker.HELPERS`)
+    in the learner's kernel when ``fn`` is a :class:`RemoteFunction` (a test cell run in the grader), else
+    ``local`` here (the learner's own notebook)."""
+    if isinstance(fn, RemoteFunction):
+        return fn.run_helper(name, *args, **kwargs)
+    return local(fn, *args, **kwargs)
+
+
 def _ranks_reply(reply: Any, p: int, what: str) -> list[Any]:
     """The per-rank list of a worker-side half's reply, or the :class:`GradingError` its error means."""
     if not isinstance(reply, dict):
@@ -1183,22 +1191,22 @@ def check_ring(fn: Callable[..., Any], world_sizes: Sequence[int], lengths: Sequ
             wide = torch.int64 if dtype.startswith("int") else torch.float64
             want = [torch.stack([inputs[r][i].to(wide) for r in range(p)]).sum(0).to(getattr(torch, dtype))
                     for i in range(len(lengths))]
-            reply = fn.run_helper("ring_runs", p, inputs, timeout=timeout) if isinstance(fn, RemoteFunction) \
-                else worker_ring_runs(fn, p, inputs, timeout=timeout)
+            reply = _worker_half(fn, "ring_runs", worker_ring_runs, p, inputs, timeout=timeout)
             try:
                 ranks = _ranks_reply(reply, p, f"{what} with {p} processes on {dtype}")
             except GradingError as exc:
                 did = "did not finish" if isinstance(reply, dict) and reply.get("error") == "timeout" else "failed"
                 raise GradingError(f"{what} with {p} processes on {dtype} {did}: {exc}{slip}") from None
             for r, rows in enumerate(ranks):
-                library = library_collectives(sorted(_rank_ops(rows)))
+                ops = _rank_ops(rows)
+                library = library_collectives(sorted(ops))
                 if library:
                     raise GradingError(
                         f"{what}, {p} processes, rank {r}: running it dispatched {', '.join(library)}, a collective "
                         "of torch.distributed's library (however it was reached: dist.all_reduce, "
                         "dist.group.WORLD.allreduce, a process group's method); this exercise asks you to build the "
                         "ring yourself from send/recv (isend/irecv)")
-                if p > 1 and not _rank_ops(rows) & POINT_TO_POINT_OPS:
+                if p > 1 and not ops & POINT_TO_POINT_OPS:
                     raise GradingError(
                         f"{what}, {p} processes, rank {r}: it sent and received nothing through torch.distributed's "
                         "send/recv (none was recorded), so the ranks' data moved some other way or not at all; "

@@ -217,13 +217,21 @@ def lab2(results):
                "fill s4": lambda a=a, b=b: fill_matmul(a, b, stages=4)}
         if not pitch:
             fns["notebook (autotuned)"] = lambda a=a, b=b: mod.matmul_tma(a, b)
-        for fn in fns.values():
-            fn()
+        lab2_case(results, f"lab2 {label}", fns, ref)
 
-        def check(name, fns=fns, ref=ref):
-            return float((fns[name]().float() - ref).abs().max())
-        results += sweep(f"lab2 {label}", fns, check, "cuBLAS")
-        print_rows([r for r in results if r["case"] == f"lab2 {label}"])
+
+def lab2_case(results, label, fns, ref, no_product=None):
+    """One Lab 2 case: every candidate warmed up, then timed side by side with cuBLAS and checked against
+    ``ref`` (candidates named ``no_product...`` return no product and are not checked); its rows printed."""
+    for fn in fns.values():
+        fn()
+
+    def check(name):
+        if no_product and name.startswith(no_product):
+            return 0.0
+        return float((fns[name]().float() - ref).abs().max())
+    results += sweep(label, fns, check, "cuBLAS")
+    print_rows([r for r in results if r["case"] == label])
 
 
 def lab2pad(results):
@@ -247,16 +255,7 @@ def lab2pad(results):
                "notebook align+half": lambda: nb(True, True), "notebook align": lambda: nb(True, False),
                "notebook half": lambda: nb(False, True), "notebook neither": lambda: nb(False, False),
                "copy A, B to aligned rows": copy_only}
-        for fn in fns.values():
-            fn()
-
-        def check(name, fns=fns, ref=ref):
-            if name.startswith("copy"):
-                return 0.0
-            return float((fns[name]().float() - ref).abs().max())
-        label = f"lab2 {m}x{n}x{k}"
-        results += sweep(label, fns, check, "cuBLAS")
-        print_rows([r for r in results if r["case"] == label])
+        lab2_case(results, f"lab2 {m}x{n}x{k}", fns, ref, no_product="copy")
         mod.ALIGN_ROWS, mod.HALF_TILES = True, True
 
 
@@ -290,16 +289,7 @@ def lab2copy(results):
                "copy block 64x256": lambda: nb(block=(64, 256)), "copy block 32x256": lambda: nb(block=(32, 256)),
                "copy alone 128x64": lambda: copy_only((128, 64)), "copy alone 64x256": lambda: copy_only((64, 256)),
                "copy alone 32x256": lambda: copy_only((32, 256))}
-        for fn in fns.values():
-            fn()
-
-        def check(name, fns=fns, ref=ref):
-            if name.startswith("copy alone"):
-                return 0.0
-            return float((fns[name]().float() - ref).abs().max())
-        label = f"lab2 {m}x{n}x{k}"
-        results += sweep(label, fns, check, "cuBLAS")
-        print_rows([r for r in results if r["case"] == label])
+        lab2_case(results, f"lab2 {m}x{n}x{k}", fns, ref, no_product="copy alone")
 
 
 def lab5(results):
