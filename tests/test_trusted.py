@@ -575,3 +575,56 @@ print("OK")
 """
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert r.stdout.strip().endswith("OK"), r.stderr[-2000:]
+
+
+# ------------------------------------------------------------------ replay in a clean worker
+
+def _replayed_verdict(cells: list[str]) -> dict:
+    """As :func:`_verdict`, with the timed rounds run by replaying the recorded call in a clean worker
+    (what a GPU grading does; ``MLSYS_GRADER_REPLAY=always`` does it on a CPU for functions of aten ops)."""
+    import os
+
+    old = os.environ.get(trusted.REPLAY_ENV)
+    os.environ[trusted.REPLAY_ENV] = "always"
+    try:
+        return _verdict(cells)
+    finally:
+        if old is None:
+            os.environ.pop(trusted.REPLAY_ENV)
+        else:
+            os.environ[trusted.REPLAY_ENV] = old
+
+
+FORGED_PLAN = ("import mlsys.course.replay as r\nreal = r.record_call\n"
+               "def forged(torch, fn, args, kwargs):\n"
+               "    _, plan, blobs = real(torch, lambda x: x * 3, args, kwargs)\n"
+               "    return fn(*args, **kwargs), plan, blobs\nr.record_call = forged\n")
+
+
+@pytest.mark.slow  # a trusted process and three workers: ~8 s of CPU each
+@pytest.mark.parametrize("cells, credit, reason", [
+    ([HONEST], 1.0, ""),
+    # the record forged in the learner's process: its plan, not the learner's call, is what the rounds run
+    ([FORGED_PLAN + HONEST], 0.0, "the replay of double's recorded call"),
+    # a result kept by address: new values in the same tensors give the stale one
+    (["cache = {}\ndef double(x):\n    k = x.data_ptr()\n    if k not in cache:\n        cache[k] = x + x\n"
+      "    return cache[k]\n"], 0.0, "new values in the same input tensors"),
+])
+def test_replayed_rounds_run_what_the_call_recorded(cells, credit, reason):
+    v = _replayed_verdict(cells)
+    assert v["credit"] == credit and reason in v["reason"], v
+    if credit:
+        assert v["evidence"]["replay"]["ops"] == ["add"] and v["evidence"]["replay"]["kernels"] == [], v["evidence"]
+
+
+def test_the_replay_switch_takes_only_its_three_values(monkeypatch):
+    monkeypatch.setenv(trusted.REPLAY_ENV, "gpu")
+    assert trusted._replay_here(cuda=True, world=1) and not trusted._replay_here(cuda=False, world=1)
+    assert not trusted._replay_here(cuda=True, world=2)  # a collective runs on its ranks
+    monkeypatch.setenv(trusted.REPLAY_ENV, "always")
+    assert trusted._replay_here(cuda=False, world=1)
+    monkeypatch.setenv(trusted.REPLAY_ENV, "off")
+    assert not trusted._replay_here(cuda=True, world=1)
+    monkeypatch.setenv(trusted.REPLAY_ENV, "yes")
+    with pytest.raises(ValueError, match="gpu, always or off"):
+        trusted._replay_here(cuda=True, world=1)

@@ -80,6 +80,19 @@ __all__ = ["PerfCase", "answer_cells", "load_spec", "find_spec", "grade_case", "
            "forbidden_ops", "exchanged_point_to_point", "POINT_TO_POINT", "kernel_refusal", "traced_per_call", "coverage_refusal", "triton_kernel_names", "roofline_floor", "credit_of", "spread",
            "sure_of_full_credit", "FULL_CREDIT_MARGIN"]
 
+REPLAY_ENV = "MLSYS_GRADER_REPLAY"
+"""Where a one-rank case is timed by replaying the learner's recorded call in a clean worker
+(:mod:`mlsys.course.replay`) rather than in the learner's own process: ``gpu`` (the default: on a GPU),
+``always`` (on a CPU too: tests, for functions made of aten ops, since the Triton interpreter's kernels
+run no aten op a plan could hold) or ``off`` (the learner's own process; only to measure what replay costs)."""
+
+
+def _replay_here(cuda: bool, world: int) -> bool:
+    mode = os.environ.get(REPLAY_ENV, "gpu")
+    if mode not in ("gpu", "always", "off"):
+        raise ValueError(f"{REPLAY_ENV} must be gpu, always or off, got {mode!r}")
+    return world == 1 and (mode == "always" or (mode == "gpu" and cuda))
+
 FAKE_SECONDS = 1e-3
 """What the fake timer reports for every timed callable (seconds per call)."""
 
@@ -430,10 +443,10 @@ class _ProcWorker:
         except (ImportError, OSError):
             pass
 
-    def send(self, msg: dict[str, Any]) -> None:
+    def send(self, msg: dict[str, Any], blobs: list[Any] = ()) -> None:
         from . import perfwire
 
-        perfwire.send(self.w, msg)
+        perfwire.send(self.w, msg, blobs)
 
     def recv(self, deadline: float) -> tuple[dict[str, Any], list[bytes]]:
         from . import perfwire
@@ -572,7 +585,8 @@ class _LocalWorker:
             seen: set[str] = set()
             outs, head["fingerprints"], inputs = run_calls(torch, fn, msg["shapes"], getattr(torch, msg["dtype"]),
                                                            msg["seeds"], self.device, dict(msg.get("kwargs") or {}),
-                                                           _recorder(torch, seen) if msg.get("record_ops") else None)
+                                                           _recorder(torch, seen) if msg.get("record_ops") else None,
+                                                           None, bool(msg.get("same_storage")))
             head["ops"] = sorted(seen)
         except Exception as exc:
             head["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
@@ -634,7 +648,7 @@ class _Verdict:
 
     def window(self, worker: Any, fn: dict[str, Any], case: PerfCase, shapes: list[list[int]], seeds: list[int],
                *, record_ops: bool = False, send_outputs: bool = False, send_inputs: bool = False,
-               trace: bool = False, harness_time: bool = False) -> _Window:
+               trace: bool = False, harness_time: bool = False, same_storage: bool = False) -> _Window:
         """One round of ``len(seeds)`` calls, timed by this process's clock from the request to the
         worker's "done" (which it sends after the device is idle and every fingerprint is taken).
         A round answers within :data:`ROUND_LIMIT_S` (a ring whose ranks wait for each other for ever, a
@@ -650,7 +664,8 @@ class _Verdict:
         msg = {"op": "round", "fn": fn, "shapes": shapes, "dtype": case.dtype, "seeds": seeds,
                "kwargs": case.kwargs if "name" in fn else {},  # the learner's function's keywords, not the baseline's
                "record_ops": record_ops, "send_outputs": send_outputs, "send_inputs": send_inputs,
-               "harness_time": harness_time, "shm": getattr(worker, "shm", None) is not None}
+               "harness_time": harness_time, "shm": getattr(worker, "shm", None) is not None,
+               "same_storage": same_storage}
         t0 = self.clock()
         worker.send(msg)
         head, _ = worker.recv(dl)
@@ -900,9 +915,65 @@ def _verdict(case: PerfCase, credit: float | None, reason: str, lines: list[str]
             "score": None if credit is None else round(case.points * credit, 4), "evidence": evidence or {}}
 
 
+def _replayed(v: _Verdict, learner: Any, replayer: Any, prep: _Prepared, ev: dict[str, Any]) -> dict[str, Any]:
+    """Record one call of the learner's function in its worker, rebuild it in the replay worker, and return
+    the function the timed rounds run there (:mod:`mlsys.course.replay`). Refuses a call that cannot be
+    recorded or rebuilt, a recorded call whose result is wrong, and a plan that runs forbidden ops or (for
+    ``kernels = "triton"``) no Triton kernel."""
+    import time
+
+    from .perfwire import tensor_from_bytes
+    from .replay import plan_kernels, plan_ops
+
+    case = prep.case
+    t0 = time.monotonic()
+    seeds = v.seeds(1)
+    learner.send({"op": "record", "fn": {"name": case.function}, "shapes": prep.shapes, "dtype": case.dtype,
+                  "seed": seeds[0], "kwargs": case.kwargs})
+    head, blobs = learner.recv(min(v.deadline, time.monotonic() + ROUND_LIMIT_S))
+    plan, tensors = head.get("plan"), head.get("tensors") or []
+    if head.get("error") or not isinstance(plan, dict) or not tensors or len(tensors) != len(blobs):
+        raise _Refused(f"{case.function} could not be recorded for replay: {head.get('error') or 'no plan'}")
+    out = tensor_from_bytes(tensors[0], blobs[0])
+    torch = v.torch
+    fp = (float(torch.sum(out, dtype=torch.float64)), float(torch.linalg.vector_norm(out, 2, dtype=torch.float64)))
+    v.check_outputs(case, prep.ref_fn, prep.shapes, seeds, _Window(0.0, [fp], [], [out], None),
+                    f"{case.function} (the call recorded for replay)")
+    ops, kernels = plan_ops(plan), plan_kernels(plan)
+    bad = forbidden_ops(case.forbid, ops)
+    if bad:
+        raise _Refused(f"{case.function} runs library routines this exercise asks you to write yourself "
+                       f"(aten::{', aten::'.join(bad)})")
+    if case.kernels == "triton" and not kernels:
+        raise _Refused(f"{case.function} launched no Triton kernel (aten ops only: {', '.join(ops[:8]) or 'none'})")
+    t1 = time.monotonic()
+    replayer.send({"op": "load", "plan": plan, "tensors": tensors[1:], "shapes": prep.shapes, "dtype": case.dtype},
+                  blobs[1:])
+    head, _ = replayer.recv(min(v.deadline, time.monotonic() + ROUND_LIMIT_S))
+    if not head.get("loaded"):
+        raise _Refused(f"{case.function}'s GPU work could not be rebuilt outside your process: {head.get('error')}")
+    timed_fn = {"replay": head["loaded"]}
+    t2 = time.monotonic()
+    seeds = v.seeds(2)  # the replay checked before it is timed: a plan that does not reproduce the call says so here
+    w = v.window(replayer, timed_fn, case, prep.shapes, seeds, send_outputs=True)
+    try:
+        v.check_outputs(case, prep.ref_fn, prep.shapes, seeds, w, f"the replay of {case.function}'s recorded call")
+    except _Refused as exc:
+        raise _Refused(f"{exc}. The call was right when recorded, so its GPU work is not all in what it recorded "
+                       "(work done outside torch and Triton, launches that depend on the input values, or a "
+                       "result kept from an earlier call)") from None
+    ev["replay"] = {"kernels": kernels, "ops": ops, "steps": len(plan.get("steps") or []),
+                    "record_s": round(t1 - t0, 3), "load_s": round(t2 - t1, 3), "check_s": round(time.monotonic() - t2, 3)}
+    return timed_fn
+
+
 def grade_case(v: _Verdict, base_worker: Any, learner: Any, prep: _Prepared, triton_names: set[str],
-               remeasure: bool = True) -> dict[str, Any]:
-    """Judge one case: checked calls, interleaved timed rounds, the decisions; returns a verdict dict."""
+               remeasure: bool = True, replayer: Any = None) -> dict[str, Any]:
+    """Judge one case: checked calls, interleaved timed rounds, the decisions; returns a verdict dict.
+
+    With a ``replayer`` (a GPU, one rank) the timed rounds run in it: the learner's call is recorded once and
+    replayed there (:func:`_replayed`), so the time and the kernel trace come from a process the learner's
+    code never reached; without one they run in the learner's worker."""
     case = prep.case
     k = case.repeats
     fn = {"name": case.function}
@@ -934,7 +1005,15 @@ def grade_case(v: _Verdict, base_worker: Any, learner: Any, prep: _Prepared, tri
         w = v.window(learner, fn, case, prep.fresh_shapes, seeds, send_outputs=True, record_ops=world > 1)
         _collective_refusal(case, w, "the calls on fresh shapes")
         v.check_outputs(case, prep.ref_fn, prep.fresh_shapes, seeds, w, f"{case.function} on fresh shapes")
+        if world == 1:  # new values in the storage of the call before: a result kept by address is stale
+            seeds = v.seeds(3)
+            w = v.window(learner, fn, case, prep.shapes, seeds, send_outputs=True, same_storage=True)
+            v.check_outputs(case, prep.ref_fn, prep.shapes, seeds, w,
+                            f"{case.function} (new values in the same input tensors)")
         ev["checked_calls_wall_s"] = round(time.monotonic() - t_case, 3)
+        timed, timed_fn = learner, fn
+        if replayer is not None and world == 1:
+            timed, timed_fn = replayer, _replayed(v, learner, replayer, prep, ev)
         mine: list[float] = []
         traced: list[float] = []  # per round: device seconds per call the trace saw
         kernels_seen: dict[str, list[float]] = {}
@@ -949,7 +1028,7 @@ def grade_case(v: _Verdict, base_worker: Any, learner: Any, prep: _Prepared, tri
                 learner.pause(False)
             t1 = time.monotonic()
             seeds = v.seeds(k * world)
-            w = v.window(learner, fn, case, prep.shapes, seeds, send_outputs=True, trace=v.trace, record_ops=world > 1)
+            w = v.window(timed, timed_fn, case, prep.shapes, seeds, send_outputs=True, trace=v.trace, record_ops=world > 1)
             _collective_refusal(case, w, f"timed round {r + 1}")
             t2 = time.monotonic()
             v.check_outputs(case, prep.ref_fn, prep.shapes, seeds, w, f"{case.function} (timed round {r + 1})")
@@ -1082,6 +1161,11 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
         workers.append(learner)
         base.send({"op": "setup", "cells": [], "fake": fake})
         v = _Verdict(fake, deadline)
+        replayer = None
+        if _replay_here(v.cuda, world):  # started now: its start-up overlaps the baseline's and the cells
+            replayer = _workers("replay", fake, 1)
+            workers.append(replayer)
+            replayer.send({"op": "setup", "cells": [], "fake": fake})
         lap("verdict_start")
         base.recv(deadline)
         lap("baseline_worker_start")
@@ -1099,9 +1183,11 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
             phases["learner_cells_own_s"] = round(float(head["cells_s"]), 3)
         notes = [str(n) for n in head.get("notes", [])][:50]
         names = triton_kernel_names(cells)
+        if replayer is not None:
+            replayer.recv(deadline)
         for gid, prep in prepared.items():
             try:
-                verdicts[gid] = grade_case(v, base, learner, prep, names)
+                verdicts[gid] = grade_case(v, base, learner, prep, names, replayer=replayer)
                 lap(f"case:{gid}")
             except Exception as exc:  # a dead or garbled worker: no credit, say why
                 verdicts[gid] = _verdict(prep.case, 0.0, f"refused: the worker stopped answering "
@@ -1111,6 +1197,12 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
                 workers.append(learner)
                 learner.send({"op": "setup", "cells": cells, "fake": fake,
                               "cell_timeout": float(job.get("cell_timeout") or 600)})
+                if replayer is not None:  # a replayed kernel may have broken the replay worker's CUDA context
+                    replayer.close()
+                    replayer = _workers("replay", fake, 1)
+                    workers.append(replayer)
+                    replayer.send({"op": "setup", "cells": [], "fake": fake})
+                    replayer.recv(deadline)
                 learner.recv(deadline)
     finally:
         for w in workers:

@@ -9,7 +9,10 @@ In one call on a GPU, each step within what is left of ``--budget`` seconds:
    process per lab (each case repeated, each repeat a full verdict: its own checked calls, rounds,
    re-measure), so the spread of the credit across gradings shows;
 4. ``corpus``: every performance case of ``tests/bad_submissions`` (the tiny lab) through the
-   verdict process, four at a time, against expected.json's performance_score.
+   verdict process, four at a time, against expected.json's performance_score;
+5. ``lab4=N[:CASE+CASE]``: Lab 4's ``perf_ring`` on two ranks (NCCL, one GPU each; needs two GPUs): the
+   instructor's ring N times, then every case (or those named) of ``tests/bad_submissions/lab4_perf`` (an attack must earn 0; the honest
+   cases are reported with the share they earned, since the fake timer's expected 2.0 is no GPU figure).
 
 Writes OUT.json after every step (device, date, versions, every verdict).
 """
@@ -62,7 +65,8 @@ def brief(v: dict) -> dict:
             "roofline_floor_s": ev.get("roofline_floor_s"), "learner_rounds_s": ev.get("learner_rounds_s"),
             "baseline_rounds_s": ev.get("baseline_rounds_s"), "overhead_rounds_s": ev.get("overhead_rounds_s"),
             "rounds_wall_s": ev.get("rounds_wall_s"), "checked_calls_wall_s": ev.get("checked_calls_wall_s"),
-            "case_wall_s": ev.get("case_wall_s"), "stopped_early": ev.get("stopped_early")}
+            "case_wall_s": ev.get("case_wall_s"), "stopped_early": ev.get("stopped_early"), "replay": ev.get("replay"),
+            "kernel_us": {n[:60]: c for n, c in list((ev.get("kernels") or {}).items())[:6]}}
 
 
 def time_step(a: argparse.Namespace, lab2: Path, left: object) -> dict:
@@ -82,11 +86,11 @@ def time_step(a: argparse.Namespace, lab2: Path, left: object) -> dict:
     return row
 
 
-def repeat_step(lab: str, n: int, left: object) -> dict:
+def repeat_step(lab: str, n: int, left: object, fake: bool = False) -> dict:
     spec = tomllib.loads((REPO / "labs" / "source" / lab / "perf.toml").read_text())
     cases = {f"{gid}__{i + 1:02d}": d for i in range(n) for gid, d in spec.items()}
     res, wall = verdict("mlsys.course.trusted", cases, cells_of(REPO / "labs" / "source" / lab / f"{lab}.ipynb"),
-                        left() - 10)
+                        left() - 10, fake)
     row = {"wall_s": wall, "fatal": res.get("fatal"), "phases_s": res.get("phases_s"),
            "verdicts": {g: brief(v) for g, v in res.get("verdicts", {}).items()}}
     for g, v in row["verdicts"].items():
@@ -130,6 +134,35 @@ def corpus_step(a: argparse.Namespace, left: object) -> dict:
     return {"rows": rows, "all_match": all(r["matches_expected"] for r in rows.values())}
 
 
+def lab4_step(n: int, left: object, fake: bool = False, only: list[str] | None = None) -> dict:
+    """Lab 4's ring through the verdict process on two NCCL ranks: N instructor gradings (none for N = 0),
+    then the attacks (``only`` those named, if given)."""
+    lab = "lab4_collectives"
+    spec = tomllib.loads((REPO / "labs" / "source" / lab / "perf.toml").read_text())
+    row: dict = {"instructor": repeat_step(lab, n, left, fake) if n else None}
+    corpus = CORPUS / "lab4_perf"
+    expected = json.loads((corpus / "expected.json").read_text())
+    cases: dict = {}
+    for name, want in sorted(expected.items()):
+        if only and name not in only:
+            continue
+        if left() < 40:
+            cases[name] = {"skipped": "device budget spent"}
+            continue
+        res, wall = verdict("mlsys.course.trusted", spec, cells_of(corpus / f"{name}.nb.json"), min(150, left() - 10),
+                            fake)
+        v = res.get("verdicts", {}).get("perf_ring", {"reason": res.get("fatal", "no verdict")})
+        attack = float(want["performance_score"]) == 0.0
+        ok = (v.get("score") == 0.0 and want["reason"].split(":")[0] in (v.get("reason") or "")) if attack else \
+            v.get("score") is not None
+        cases[name] = {"verdict": brief(v), "expected": want, "attack": attack, "as_expected": ok, "wall_s": wall}
+        print(f"lab4 {name:24s} {v.get('score')} ({'attack' if attack else 'honest'}) "
+              f"{(v.get('reason') or (v.get('lines') or [''])[0])[:160]}", flush=True)
+    row["corpus"] = cases
+    row["attacks_all_zero"] = all(c.get("as_expected") for c in cases.values() if c.get("attack"))
+    return row
+
+
 def tools() -> dict:
     """Where the profilers are on this machine (nsys could take a kernel trace from outside the learner's
     process) and the CUDA compiler's version."""
@@ -150,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--budget", type=float, default=270.0)
     p.add_argument("--old", nargs=2, metavar=("MODULE", "SPEC"))
     p.add_argument("--steps", default="time,repeat:lab2_tiled_matmul=10,corpus,repeat:lab3_fusion=2,repeat:lab5_attention=2",
-                   help="in order: time, repeat:LAB=N (N gradings of LAB's instructor cells), corpus")
+                   help="in order: time, repeat:LAB=N (N gradings of LAB's instructor cells), release:LAB, corpus, lab4=N")
     p.add_argument("--fake", action="store_true", help="the corpus step with the fake timer (a CPU check)")
     a = p.parse_args(argv)
     sys.path.insert(0, str(REPO))
@@ -186,6 +219,9 @@ def main(argv: list[str] | None = None) -> int:
                 step.removeprefix("release:"), left)
         elif step == "corpus" and left() > 20:
             out["steps"]["corpus"] = corpus_step(a, left)
+        elif step.startswith("lab4=") and left() > 60:
+            n, _, names = step.removeprefix("lab4=").partition(":")  # lab4=N or lab4=N:case+case
+            out["steps"]["lab4"] = lab4_step(int(n), left, a.fake, names.split("+") if names else None)
         save()
     save()
     return 0
