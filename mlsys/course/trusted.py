@@ -931,6 +931,7 @@ def _replayed(v: _Verdict, learner: Any, replayer: Any, prep: _Prepared, ev: dic
     learner.send({"op": "record", "fn": {"name": case.function}, "shapes": prep.shapes, "dtype": case.dtype,
                   "seed": seeds[0], "kwargs": case.kwargs})
     head, blobs = learner.recv(min(v.deadline, time.monotonic() + ROUND_LIMIT_S))
+    learner.pause(True)  # until the case ends (grade_case resumes it): the replay and its rounds run without it
     plan, tensors = head.get("plan"), head.get("tensors") or []
     if head.get("error") or not isinstance(plan, dict) or not tensors or len(tensors) != len(blobs):
         raise _Refused(f"{case.function} could not be recorded for replay: {head.get('error') or 'no plan'}")
@@ -1018,6 +1019,8 @@ def grade_case(v: _Verdict, base_worker: Any, learner: Any, prep: _Prepared, tri
         timed, timed_fn = learner, fn
         if replayer is not None and world == 1:
             timed, timed_fn = replayer, _replayed(v, learner, replayer, prep, ev)
+            # from here the learner's processes are not needed until the next case: stopped, so nothing they
+            # leave running (torch.compile's worker pool starting up, a thread) takes the CPU from the replay
         mine: list[float] = []
         traced: list[float] = []  # per round: device seconds per call the trace saw
         kernels_seen: dict[str, list[float]] = {}
@@ -1029,7 +1032,7 @@ def grade_case(v: _Verdict, base_worker: Any, learner: Any, prep: _Prepared, tri
             try:
                 _baseline_round(v, base_worker, prep, trace=v.trace and prep.trace_ok)
             finally:
-                learner.pause(False)
+                learner.pause(timed is not learner)  # replayed rounds: the learner's processes sleep through them
             t1 = time.monotonic()
             seeds = v.seeds(k * world)
             w = v.window(timed, timed_fn, case, prep.shapes, seeds, send_outputs=True, trace=v.trace, record_ops=world > 1)
@@ -1104,6 +1107,8 @@ def grade_case(v: _Verdict, base_worker: Any, learner: Any, prep: _Prepared, tri
                 floor_line = "; no measured roofs for this GPU (no roofline floor)"
     except _Refused as exc:
         return _verdict(case, 0.0, f"refused: {exc}", [], ev)
+    finally:
+        learner.pause(False)
     share = base_s / mine_s
     credit = credit_of(share, case)
     what = "a copy of its inputs" if case.baseline == "copy" else (case.baseline_expr or case.reference)
