@@ -323,6 +323,31 @@ def test_recorded_runs_differ_where_the_plot_says():
     assert pairs == 10  # N = 512 ... 8192, causal and not
 
 
+@pytest.mark.parametrize("slug", ["nvidia-h100-80gb-hbm3", "nvidia-h200"])
+def test_recorded_causal_mask_halves_the_fused_time_and_not_the_naive(slug):
+    """Part 5's question, on the records it points to: at the largest N, the causal mask roughly halves the
+    fused kernels' time (about half the FLOPs, compute-bound) while naive PyTorch's does not fall: it grows
+    (the N x N score matrix is written whatever the mask, and the mask and masked_fill add passes over it).
+    Times are FLOPs / throughput, the causal FLOPs about half the others'."""
+    rec = mlsys.bench.records.load_experiment("lab5_attention", device=slug)
+    sweeps = rec.results["sweeps"]
+    for d in (64, 128):
+        (i, plain), = [(i, s) for i, s in enumerate(sweeps) if s["head_dim"] == d and not s["causal"]]
+        (k, causal), = [(k, s) for k, s in enumerate(sweeps) if s["head_dim"] == d and s["causal"]]
+        n = max(r["seq_len"] for r in plain["rows"])
+        j = next(j for j, r in enumerate(plain["rows"]) if r["seq_len"] == n)
+        m = next(m for m, r in enumerate(causal["rows"]) if r["seq_len"] == n)
+        flops = (rec.q("sweeps", i, "rows", j, "flops"), rec.q("sweeps", k, "rows", m, "flops"))
+        assert 0.45 < (flops[1] / flops[0]).to("").magnitude <= 0.55
+
+        def secs(sweep, row, name, fl):
+            return (fl / rec.q("sweeps", sweep, "rows", row, name, "throughput")).to("s").magnitude
+
+        for name in ("reference", "sdpa", "sdpa_cudnn"):
+            assert secs(k, m, name, flops[1]) < 0.6 * secs(i, j, name, flops[0]), (d, name)
+        assert secs(k, m, "naive", flops[1]) > secs(i, j, "naive", flops[0]), d
+
+
 # ------------------------------------------------------------------------------ graded end to end
 
 
