@@ -347,21 +347,43 @@ def test_lab3_experiment_quick_run_on_the_cpu():
         assert r["triton"]["time"]["value"] > 0 and r["triton"]["time"]["unit"] == "s"
 
 
-def test_recorded_h200_run_reaches_the_copy_bandwidth():
-    """The H200 record: the fused element-wise kernel and the softmax at the graded shapes (perf.toml) within
-    5% of the copy measured beside them, in every round of the softmax's spread, idle or not; and the
-    copy itself faster than the H100's by more than a third (4.8 vs 3.35 TB/s on the datasheets)."""
-    h200 = json.loads((REPO / "data" / "measurements" / "nvidia-h200" / "lab3_fusion.json").read_text())["results"]
-    h100 = json.loads((REPO / "data" / "measurements" / "nvidia-h100-80gb-hbm3" / "lab3_fusion.json").read_text())
-    ew = next(r for r in h200["elementwise"] if r["shape"] == [4096, 4096] and r["dtype"] == "fp32")
-    sm = next(r for r in h200["softmax"] if r["shape"] == [16384, 2048] and r["dtype"] == "fp32")
+@pytest.mark.parametrize(("slug", "name"), [("nvidia-h100-80gb-hbm3", "NVIDIA H100 80GB HBM3"),
+                                          ("nvidia-h200", "NVIDIA H200")])
+def test_recorded_run_reaches_the_copy_bandwidth_at_the_graded_shapes(slug, name):
+    """The H100 record (2026-11-27) and the H200 record (2026-11-25): the fused element-wise kernel and the
+    softmax at the graded shapes (perf.toml) within 5% of the copy measured beside them, in every round of the
+    softmax's spread, idle or not. The lowest shares the record keeps are the minimum over every shape (the
+    fp16 softmax at 8192 x 4096 is the lowest on both: below 0.95, the issue's target is met at the graded
+    shapes only)."""
+    rec = json.loads((REPO / "data" / "measurements" / slug / "lab3_fusion.json").read_text())
+    assert rec["device"]["name"] == name and not rec["quick"]
+    data = rec["results"]
+    ew = next(r for r in data["elementwise"] if r["shape"] == [4096, 4096] and r["dtype"] == "fp32")
+    sm = next(r for r in data["softmax"] if r["shape"] == [16384, 2048] and r["dtype"] == "fp32")
     for row in (ew, sm):
         nbytes = 2 * math.prod(row["shape"]) * 4  # read once, write once, fp32
         share = nbytes / row["triton"]["time"]["value"] / row["copy_bandwidth"]["value"]
         assert share == pytest.approx(row["triton"]["share_of_copy"], rel=1e-9) and share >= 0.95
-    spread = next(s for s in h200["softmax_spread"] if s["shape"] == [16384, 2048])
+    spread = next(s for s in data["softmax_spread"] if s["shape"] == [16384, 2048])
     # both ways of timing: right after the GPU idled, and after a spin-up
     assert len(spread["rounds"]) >= 4 and {r["mode"].startswith("after a ") for r in spread["rounds"]} == {True, False}
     assert min(r["triton_share_of_copy"] for r in spread["rounds"]) >= 0.95
+    # the lowest shares: of every row, not of the graded ones; each share is bytes / time / copy bandwidth
+    low = data["lowest_share_of_copy"]
+    for key in ("elementwise", "softmax"):  # both read their input once and write their output once
+        shares = []
+        for r in data[key]:
+            nbytes = 2 * math.prod(r["shape"]) * {"fp32": 4, "fp16": 2}[r["dtype"]]
+            shares.append(nbytes / r["triton"]["time"]["value"] / r["copy_bandwidth"]["value"])
+        assert low[key] == pytest.approx(min(shares), rel=1e-9)
+    worst = min(data["softmax"], key=lambda r: r["triton"]["share_of_copy"])
+    assert (worst["dtype"], worst["shape"]) == ("fp16", [8192, 4096]) and low["softmax"] < 0.95
+
+
+def test_recorded_h200_copy_is_faster_than_the_h100s():
+    """The copy on the H200 faster than the H100's by more than a third (4.8 vs 3.35 TB/s on the datasheets),
+    each measured on 1 GiB buffers in its own lab3_fusion record."""
+    h200 = json.loads((REPO / "data" / "measurements" / "nvidia-h200" / "lab3_fusion.json").read_text())["results"]
+    h100 = json.loads((REPO / "data" / "measurements" / "nvidia-h100-80gb-hbm3" / "lab3_fusion.json").read_text())
     ratio = h200["copy_bandwidth_large"]["value"] / h100["results"]["copy_bandwidth_large"]["value"]
     assert ratio > 4 / 3

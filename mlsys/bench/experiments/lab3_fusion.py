@@ -9,9 +9,9 @@ lab's kernel; achieved bandwidth = model bytes (:mod:`mlsys.fusion`) / median ti
 the copy, and the measured and predicted speed-ups. Softmax: ``torch.softmax`` and the lab's
 ``fused_softmax``. Every result is checked against PyTorch after timing. Each timing starts after a
 quarter of a second of back-to-back calls (:func:`mlsys.bench.timing.spin_up`). ``softmax_spread``
-re-times the graded softmax shape in rounds, alternately right after the GPU idled for a few seconds
-and after a spin-up, with the clocks read before and after, so a record shows how far one measurement
-of it can be trusted; ``lowest_share_of_copy`` is the lowest share over the rows, not the best.
+re-times the graded softmax shape and fp32 rows twice as long (``SPREAD_CASES``) in rounds, alternately
+right after the GPU idled for a few seconds and after a spin-up, with the clocks read before and after,
+so a record shows how far one measurement of it can be trusted; ``lowest_share_of_copy`` is the lowest share over the rows, not the best.
 """
 
 from __future__ import annotations
