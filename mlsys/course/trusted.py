@@ -48,7 +48,11 @@ the trust model):
    from the request to the worker's "done" (sent after ``torch.cuda.synchronize()`` with a
    fingerprint of every output, checked later against its bytes); the share is the fastest baseline
    round over the fastest learner round, less the grader's own work, and a share below full credit
-   is measured again before it stands (:func:`credit_of`).
+   is measured again before it stands (:func:`credit_of`);
+5. on a GPU the learner's side of those rounds is not run by the learner's worker: it records one call
+   (its aten ops and Triton kernels, :mod:`mlsys.course.replay`) and a *replay* worker that never saw an
+   answer cell rebuilds it (kernels compiled again from their PTX) and runs every timed round, traced
+   there (:data:`REPLAY_ENV`).
 
 Extra perf.toml keys: ``kernels = "triton"`` (the trace must show a Triton kernel of the learner's),
 ``flops`` and ``bytes`` (expressions in the argument shapes and ``itemsize``, per call, for the
