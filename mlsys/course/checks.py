@@ -1124,9 +1124,10 @@ def _diagnose_ring(fn: Callable[..., Any], p: int, n: int, *, timeout: float = 3
     """Why a ring all-reduce gives wrong sums, from a run on inputs whose sums say which ranks they hold.
 
     Rank r holds ``5**r * (1 + i % 7)``, so every element of a correct result has each rank's share
-    exactly once, and each message sent shows how many shares it carried. In order: two runs that
-    differ (a receive buffer read before its request completed); elements that are no such sum (NaN,
-    what a receive buffer holds until its request's ``wait()``, :class:`_HeldReceive`, included);
+    exactly once, and each message sent shows how many shares it carried. A receive buffer holds NaN
+    until its request's ``wait()`` (:class:`_HeldReceive`). In order: NaN in the result (a receive buffer
+    read before its request completed, in every run); two runs that differ (another read of a buffer not
+    yet filled); elements that are no such sum;
     a wrong number of messages per rank (step count); a message with the wrong number of shares for
     its step (chunk indices of either phase); only the last ``n % p`` elements wrong (chunk
     boundaries); shares counted twice. Returns "" where nothing specific is found.
@@ -1143,6 +1144,13 @@ def _diagnose_ring(fn: Callable[..., Any], p: int, n: int, *, timeout: float = 3
                 "across calls? rounding?)")
     r0, i0, c0 = bad[0]
     example = f"e.g. rank {r0}, element {i0}: {_shares(c0)}"
+    held = [(r, i) for r, i, c in bad if c is None and math.isnan(float(results[0][r][i]))]
+    if held:
+        return (f"some elements are NaN (e.g. rank {held[0][0]}, element {held[0][1]}): in these diagnostic runs a "
+                "receive buffer holds NaN from the moment its receive is posted until wait() is called on its "
+                "request, so a receive buffer was read (or sent on) before its request completed: call wait() on "
+                "every request of a step before reading (or adding) what it received, and before sending from "
+                "that buffer again")
     if any(not torch_equal(a, b) for a, b in zip(results[0], results[1], strict=True)):
         return (f"the result changes from one run to the next ({example}): a receive buffer read before its "
                 "request completed? call wait() on every request of a step before reading (or adding) what it "
