@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -360,3 +361,96 @@ def test_library_collectives_keeps_only_library_ops():
 
     ops = ["aten::add_", "c10d::send", "c10d::recv_", "c10d::barrier", "c10d::allreduce_", "_c10d_functional::all_reduce"]
     assert library_collectives(ops) == ["_c10d_functional::all_reduce", "c10d::allreduce_"]
+
+
+# ------------------------------------------------------------------------------ diagnose_ring: a read before wait()
+# The receive buffer read before its request completed: what the read finds depends on a race and on the
+# allocator (fresh pages read as zeros, which look like missing shares). In the diagnostic runs the received
+# data reaches the learner's buffer only at wait(), so such a read is always seen.
+
+
+def _ring(tensor, read_early=True, scratch_zeros=False, late_even=False):
+    """The Lab 4 ring; ``read_early``: with the corpus's slip, the received chunk added before wait(). ``scratch_zeros``:
+    a zero-filled scratch (reads as missing shares); ``late_even``: even ranks post their step 50 ms late, so
+    an odd rank reads before its left neighbour has sent (the race forced)."""
+    import time
+
+    import torch.distributed as dist
+
+    p, r = dist.get_world_size(), dist.get_rank()
+    flat = tensor.view(-1)
+    b = [i * flat.numel() // p for i in range(p + 1)]
+    right, left = (r + 1) % p, (r - 1) % p
+    scratch = (torch.zeros if scratch_zeros else torch.empty)(max(b[i + 1] - b[i] for i in range(p)),
+                                                              dtype=flat.dtype)
+
+    def exchange(send_i, recv_i, reduce):
+        send, recv = flat[b[send_i]:b[send_i + 1]], flat[b[recv_i]:b[recv_i + 1]]
+        ops = [dist.P2POp(dist.isend, send, right),
+               dist.P2POp(dist.irecv, scratch[:recv.numel()] if reduce else recv, left)]
+        if late_even and r % 2 == 0:
+            time.sleep(0.05)
+        reqs = dist.batch_isend_irecv(ops)
+        if reduce and read_early:
+            recv += scratch[:recv.numel()]  # the slip: before wait()
+        for req in reqs:
+            req.wait()
+        if reduce and not read_early:
+            recv += scratch[:recv.numel()]
+
+    for s in range(p - 1):
+        exchange((r - s) % p, (r - s - 1) % p, reduce=True)
+    for s in range(p - 1):
+        exchange((r + 1 - s) % p, (r - s) % p, reduce=False)
+    return tensor
+
+
+@pytest.mark.parametrize("p", [2, 3])
+@pytest.mark.parametrize("scratch_zeros, late_even", [(True, True), (True, False), (False, True), (False, False)])
+def test_diagnose_ring_names_a_read_before_wait_whatever_the_race(p, scratch_zeros, late_even):
+    import functools
+
+    from mlsys.course import checks
+
+    ring = functools.partial(_ring, scratch_zeros=scratch_zeros, late_even=late_even)
+    cause = checks.diagnose_ring(ring, p, 12)
+    # the chunk read before wait() holds NaN, the diagnostic runs' marker, in every run
+    assert cause.startswith("some elements are NaN"), cause
+    assert re.search(r"before its\s+request completed", cause), cause
+
+
+def _irecv_probe(x):
+    """Rank 1 sends its first 4 elements; rank 0 copies its receive buffer into x[0:4] before wait(), into
+    x[4:8] after wait(), and the result of is_completed() after wait() into x[8]."""
+    import torch.distributed as dist
+
+    if dist.get_rank() == 1:
+        dist.isend(x[:4].clone(), 0).wait()
+        return
+    buf = torch.full((4,), -1.0)
+    req = dist.irecv(buf, 1)
+    x[0:4] = buf
+    req.wait()
+    x[4:8] = buf
+    x[8] = float(req.is_completed())
+
+
+def test_a_diagnostic_run_delivers_a_receive_only_at_wait():
+    from mlsys.course import checks
+
+    (x0, _), (x1, sends1) = launch(checks._tagged_run, 2, _irecv_probe, 9, backend="gloo", timeout=60)
+    # rank 1's diagnostic input is 5**1 * (1 + i % 7): its first four elements are 5, 10, 15, 20
+    assert torch.isnan(x0[0:4]).all(), x0  # before wait(): the marker, however fast the message came
+    assert x0[4:8].tolist() == [5.0, 10.0, 15.0, 20.0]
+    assert x0[8].item() == 1.0
+    assert x1.tolist() == [5.0 * (1 + i % 7) for i in range(9)] and len(sends1) == 1
+
+
+@pytest.mark.parametrize("p", [2, 3])
+def test_diagnose_ring_finds_nothing_wrong_when_wait_comes_first(p):
+    import functools
+
+    from mlsys.course import checks
+
+    ring = functools.partial(_ring, read_early=False, late_even=True)
+    assert checks.diagnose_ring(ring, p, 12).startswith("on inputs of small integers the ring is right")

@@ -934,8 +934,56 @@ def worker_ring_runs(fn: Callable[..., Any], p: int, inputs: Sequence[Sequence[A
     return _launched(_ring_rank, int(p), fn, inputs, timeout=float(timeout))
 
 
+class _HeldReceive:
+    """The request of a receive posted in a diagnostic run (:func:`_tagged_run`). The message lands in a private
+    buffer; the learner's tensor holds NaN from the moment the receive is posted until ``wait()`` (or an
+    ``is_completed()`` that returns True) is called on this request, which copies the message in. A read of
+    the receive buffer before its request completed therefore always finds NaN, whatever the race between
+    the ranks and whatever the allocator left in the buffer; every other call goes to the real request."""
+
+    def __init__(self, work: Any, private: Any, target: Any) -> None:
+        self._work, self._private, self._target = work, private, target
+
+    def _deliver(self) -> None:
+        if self._target is not None:  # once: what the learner writes there after wait() is theirs
+            self._target.copy_(self._private)
+            self._target = None
+
+    def wait(self, *args: Any, **kwargs: Any) -> Any:
+        done = self._work.wait(*args, **kwargs)
+        self._deliver()
+        return done
+
+    def is_completed(self) -> bool:
+        done = self._work.is_completed()
+        if done:
+            self._deliver()
+        return done
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._work, name)
+
+
+def _held_irecv(orig: Callable[..., Any]) -> Callable[..., Any]:
+    """``irecv`` for a diagnostic run: into a private buffer, the learner's tensor filled with NaN (a float
+    tensor; the diagnostic input is float32) until the request's ``wait()``; see :class:`_HeldReceive`."""
+    torch = _torch()
+
+    def irecv(tensor: Any, *args: Any, **kwargs: Any) -> Any:
+        if not isinstance(tensor, torch.Tensor) or not (tensor.is_floating_point() or tensor.is_complex()):
+            return orig(tensor, *args, **kwargs)
+        private = torch.empty_like(tensor)
+        work = orig(private, *args, **kwargs)
+        if work is None:  # this rank is not in the group: nothing was posted
+            return None
+        tensor.fill_(float("nan"))
+        return _HeldReceive(work, private, tensor)
+    return irecv
+
+
 def _tagged_run(fn: Callable[..., Any], n: int) -> tuple[Any, list[tuple[int | None, Any]]]:
-    """In each rank: ``fn`` on the diagnostic input ``5**r * (1 + i % 7)`` (float32).
+    """In each rank: ``fn`` on the diagnostic input ``5**r * (1 + i % 7)`` (float32), each ``irecv`` held
+    until its request's ``wait()`` (:class:`_HeldReceive`), so that a read before it is seen in every run.
 
     Returns the tensor afterwards and, for every message this rank sent, its offset in the tensor
     (None if sent from another buffer) and a copy of its contents at the time of sending.
@@ -947,7 +995,7 @@ def _tagged_run(fn: Callable[..., Any], n: int) -> tuple[Any, list[tuple[int | N
     fn = _learner(fn)
     x = (_TAG_BASE ** d.get_rank()) * (1 + torch.arange(n) % 7).to(torch.float32)
     sends: list[tuple[int | None, Any]] = []
-    originals = {k: getattr(c10d, k) for k in ("isend", "send")}
+    originals = {k: getattr(c10d, k) for k in ("isend", "send", "irecv")}
 
     def recorder(orig: Callable[..., Any]) -> Callable[..., Any]:
         def record(tensor: Any, *args: Any, **kwargs: Any) -> Any:
@@ -958,7 +1006,7 @@ def _tagged_run(fn: Callable[..., Any], n: int) -> tuple[Any, list[tuple[int | N
             return orig(tensor, *args, **kwargs)
         return record
 
-    wrapped = {k: recorder(f) for k, f in originals.items()}
+    wrapped = {k: (_held_irecv(f) if k == "irecv" else recorder(f)) for k, f in originals.items()}
     for k, f in wrapped.items():  # the same object under both names, as P2POp checks its op by identity
         setattr(c10d, k, f)
         setattr(d, k, f)
@@ -1076,8 +1124,10 @@ def _diagnose_ring(fn: Callable[..., Any], p: int, n: int, *, timeout: float = 3
     """Why a ring all-reduce gives wrong sums, from a run on inputs whose sums say which ranks they hold.
 
     Rank r holds ``5**r * (1 + i % 7)``, so every element of a correct result has each rank's share
-    exactly once, and each message sent shows how many shares it carried. In order: two runs that
-    differ (a receive buffer read before its request completed); elements that are no such sum;
+    exactly once, and each message sent shows how many shares it carried. A receive buffer holds NaN
+    until its request's ``wait()`` (:class:`_HeldReceive`). In order: NaN in the result (a receive buffer
+    read before its request completed, in every run); two runs that differ (another read of a buffer not
+    yet filled); elements that are no such sum;
     a wrong number of messages per rank (step count); a message with the wrong number of shares for
     its step (chunk indices of either phase); only the last ``n % p`` elements wrong (chunk
     boundaries); shares counted twice. Returns "" where nothing specific is found.
@@ -1094,6 +1144,13 @@ def _diagnose_ring(fn: Callable[..., Any], p: int, n: int, *, timeout: float = 3
                 "across calls? rounding?)")
     r0, i0, c0 = bad[0]
     example = f"e.g. rank {r0}, element {i0}: {_shares(c0)}"
+    held = [(r, i) for r, i, c in bad if c is None and math.isnan(float(results[0][r][i]))]
+    if held:
+        return (f"some elements are NaN (e.g. rank {held[0][0]}, element {held[0][1]}): in these diagnostic runs a "
+                "receive buffer holds NaN from the moment its receive is posted until wait() is called on its "
+                "request, so a receive buffer was read (or sent on) before its request completed: call wait() on "
+                "every request of a step before reading (or adding) what it received, and before sending from "
+                "that buffer again")
     if any(not torch_equal(a, b) for a, b in zip(results[0], results[1], strict=True)):
         return (f"the result changes from one run to the next ({example}): a receive buffer read before its "
                 "request completed? call wait() on every request of a step before reading (or adding) what it "
