@@ -319,3 +319,93 @@ def test_a_triton_config_crosses_as_a_config():
     got = _cross([triton.Config({"BLOCK_M": 64, "BLOCK_N": 32}, num_warps=8, num_stages=3)])
     assert type(got[0]) is triton.Config and got[0].kwargs == {"BLOCK_M": 64, "BLOCK_N": 32}
     assert (got[0].num_warps, got[0].num_stages) == (8, 3)
+
+
+# ------------------------------------------------------------------------------------------------
+# library routines found by what a call ran, however the def reached them (issue 26)
+
+LIBRARY_BEHIND_THE_DEF = '''\
+import math
+
+import mlsys
+import torch
+
+_fsum = vars(math)["fsum"]          # bound outside the def: a source check of `total` sees only `_fsum`
+_flops = {"f": mlsys.roofline.matmul_flops}
+_mm = torch.matmul
+
+
+class _Engine:
+    def run(self, a, b):
+        return _mm(a, b)
+
+
+def _helper(m, n, k):
+    return _flops["f"](m, n, k)
+
+
+def total(xs):
+    return _fsum(xs)
+
+
+def honest_total(xs):
+    s = 0.0
+    for x in xs:
+        s += x
+    return s
+
+
+def counts(m, n, k):
+    return _helper(m, n, k)
+
+
+def mm(a, b):
+    return _Engine().run(a, b)
+
+
+def to_numpy(a, b):
+    return torch.from_numpy(__import__("numpy").asarray(a) + __import__("numpy").asarray(b))
+'''
+
+
+def _run_cell(src: str, ns: dict) -> list[dict]:
+    import ast
+
+    static = {name: (ast.Module(body=[], type_ignores=[]), {}) for name in ns if not name.startswith("_")}
+    course: dict = {}
+    exec("import torch\nfrom mlsys.course.grading import FORBIDDEN_MATMUL, assert_no_library_calls\n", course)  # noqa: S102
+    return [o for o in testcells.run_test_cell(src, course, LocalRpc(ns, static=static)) if o["output_type"] == "error"]
+
+
+@pytest.mark.parametrize("cell,found", [
+    ("total([0.5, 0.25])\nassert_no_library_calls(total, {'numpy.*', 'math.fsum'})", "math.fsum"),
+    ("counts(2, 3, 4)\nassert_no_library_calls(counts, {'mlsys.roofline.*'})", "mlsys.roofline.matmul_flops"),
+    ("mm(torch.ones(2, 2), torch.eye(2))\nassert_no_library_calls(mm, FORBIDDEN_MATMUL)", "aten::mm"),
+    # the check first, the calls after it: checked again when the cell ends
+    ("assert_no_library_calls(mm, FORBIDDEN_MATMUL)\nmm(torch.ones(2, 2), torch.eye(2))", "aten::mm"),
+    ("assert_no_library_calls(to_numpy, FORBIDDEN_MATMUL)\nto_numpy(torch.ones(2), torch.ones(2))", "out of torch"),
+    # a test lambda that calls the learner's function: what the lambda ran counts for that function
+    ("assert_no_library_calls(mm, FORBIDDEN_MATMUL)\nf = lambda a: mm(a.t(), a)\nf(torch.ones(2, 3))", "aten::mm"),
+])
+def test_a_library_routine_behind_the_def_is_seen_in_what_the_call_ran(cell, found):
+    errors = _run_cell(cell, _learner(LIBRARY_BEHIND_THE_DEF))
+    assert len(errors) == 1 and errors[0]["ename"] == "GradingError" and found in errors[0]["evalue"], errors
+
+
+def test_honest_code_calls_no_forbidden_library_routine():
+    ns = _learner(LIBRARY_BEHIND_THE_DEF)
+    assert _run_cell("assert honest_total([0.5, 0.25]) == 0.75\n"
+                     "assert_no_library_calls(honest_total, {'numpy.*', 'math.fsum'})", ns) == []
+
+
+def test_a_result_made_without_any_triton_kernel_is_refused_under_the_interpreter(monkeypatch):
+    """Under TRITON_INTERPRET=1 every honest launcher's kernel loads its inputs; a right answer computed without a
+    Triton load (torch, NumPy, plain Python) fails check_kernel whatever the op record says."""
+    from mlsys.course import checks
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    pytest.importorskip("triton.runtime.interpreter")
+    x, y = torch.tensor([1.0, 2.0, 3.0]), torch.tensor([10.0, 20.0, 30.0])
+    with pytest.raises(grading.GradingError, match="no Triton kernel loaded anything"):
+        checks.check_kernel(LocalRpc(_learner(GOOD_ADD)).get("add"), (x, y), torch.tensor([11.0, 22.0, 33.0]),
+                            names=("x", "y"), isolate=False)

@@ -86,6 +86,7 @@ class Rpc:
     def __init__(self, client: Any, nbformat: Any, *, static: dict[str, Any] | None = None) -> None:
         self.client, self.nbformat = client, nbformat
         self.static = static or {}  # name -> (ast.Module of its def, scope) for grading.assert_no_library_calls
+        self.lambdas: list[tuple[frozenset[str], proxy.RemoteFunction]] = []  # this test cell's (see make_lambda)
 
     def _request(self, req: dict[str, Any]) -> dict[str, Any]:
         rid = secrets.token_hex(8)
@@ -154,11 +155,15 @@ class Rpc:
 
 
     def make_lambda(self, source: str) -> proxy.RemoteFunction:
-        """A test cell's lambda, evaluated in the worker beside the learner's functions (it calls them there)."""
+        """A test cell's lambda, evaluated in the worker beside the learner's functions (it calls them there).
+        Kept in :attr:`lambdas` with the names it uses: what its calls ran counts for those functions too."""
         value = self._out(self._request({"op": "lambda", "source": source}), "a lambda of the test")
         if not isinstance(value, proxy.RemoteFunction):
             raise proxy.LearnerCodeError("the notebook's kernel did not answer the grader with a function")
         object.__setattr__(value, "__name__", "<lambda>")
+        tree = _parse(source)
+        names = frozenset(n.id for n in ast.walk(tree) if isinstance(n, ast.Name)) if tree is not None else frozenset()
+        self.lambdas.append((names, value))
         return value
 
 
@@ -274,10 +279,15 @@ def run_test_cell(source: str, course: dict[str, Any], rpc: Rpc, *, grader_only:
 
     What the cell defines is kept in ``course`` for the cells after it, as in a notebook (a reference
     defined by one test cell and used by the next); what it fetched from the learner is not."""
+    from . import grading
+
     ns = GraderNamespace(course, rpc, grader_only - learner_names, learner_names)
     out, err = io.StringIO(), io.StringIO()
     outputs: list[dict[str, Any]] = []
     value: Any = None
+    grading.PENDING.clear()
+    lambdas = getattr(rpc, "lambdas", [])
+    lambdas.clear()
     try:
         tree = ast.parse(source, filename)
         tree = ast.fix_missing_locations(_WorkerLambdas(_bound_names(tree)).visit(tree))
@@ -286,6 +296,7 @@ def run_test_cell(source: str, course: dict[str, Any], rpc: Rpc, *, grader_only:
             exec(compile(tree, filename, "exec"), ns)  # noqa: S102 - the course's own test code
             if last is not None:
                 value = eval(compile(ast.Expression(last.value), filename, "eval"), ns)  # noqa: S307
+            grading.recheck_library_calls(lambdas)  # every call the cell made, not only those before the check
     except BaseException as exc:  # noqa: BLE001 - every failure is the cell's outcome
         outputs.append(_error(exc))
     finally:
