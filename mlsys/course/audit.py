@@ -92,7 +92,15 @@ _SUSPECT_ATTRS = {
     "register_magic_function": "introspection", "display_formatter": "introspection", "excepthook": "patching",
     "showtraceback": "patching", "run_cell": "patching", "user_ns": "introspection", "InteractiveShell": "introspection",
     "_get_backend": "introspection",  # a process group's backend object: collectives the dispatcher never sees
+    "__self__": "introspection",  # print.__self__ is the builtins module: __import__, get_ipython without a name
+    "__import__": "dynamic", "__loader__": "introspection", "__spec__": "introspection",
+    "setprofile": "introspection", "settrace": "introspection", "getprofile": "introspection",
+    "gettrace": "introspection", "co_filename": "introspection", "co_qualname": "introspection",
 }
+_REACHED_MODULES = frozenset({"sys", "os", "builtins", "importlib", "subprocess", "ctypes", "inspect", "gc", "threading",
+                              "signal", "atexit", "socket", "multiprocessing", "IPython", "ipykernel", "types"})
+"""Modules whose name as a string, or as an attribute of a library module (``torch.sys``, ``np.os``), reaches
+what an import of them would: flagged with the kind the import gets."""
 _IMITATION_DUNDERS = {
     "__module__", "__class__", "__qualname__", "__torch_function__", "__torch_dispatch__", "__array__",
     "__array_ufunc__", "__array_function__", "__array_interface__", "__instancecheck__", "__subclasscheck__",
@@ -148,6 +156,34 @@ def _suspect_path(node: ast.AST) -> bool:
         if isinstance(sub, ast.Name) and sub.id == "__file__":
             return True
     return False
+
+
+_PATCHABLE: list[frozenset[str]] = []
+_COURSE_MODULES = ("worker", "checks", "grading", "proxy", "testcells", "cellrunner", "perfworker", "perfwire",
+                   "trusted", "watchdog", "sanitize", "audit", "teach", "sandbox")
+
+
+def _patchable_names() -> frozenset[str]:
+    """Functions and classes of the course's grading modules and torch.Tensor's methods: assigning an attribute of
+    one of these names, on any object, is what replacing them looks like."""
+    if not _PATCHABLE:
+        import importlib
+
+        names: set[str] = set()
+        for mod in _COURSE_MODULES:
+            try:
+                m = importlib.import_module(f"mlsys.course.{mod}")
+            except Exception:  # noqa: BLE001 - a module this machine cannot import (no torch): its names are not needed
+                continue
+            names |= {n for n, v in vars(m).items() if callable(v) and len(n) > 3 and not n.startswith("__")}
+        try:
+            import torch
+
+            names |= {n for n in dir(torch.Tensor) if callable(getattr(torch.Tensor, n, None)) and not n.startswith("__")}
+        except Exception:  # noqa: BLE001 - no torch here
+            pass
+        _PATCHABLE.append(frozenset(names))
+    return _PATCHABLE[0]
 
 
 def _module_kind(mod: str) -> str | None:
@@ -252,11 +288,16 @@ class Auditor(ast.NodeVisitor):
     def _assigned(self, node: ast.AST, targets: list[ast.AST]) -> None:
         for t in targets:
             for sub in ast.walk(t):
-                if isinstance(sub, ast.Attribute):
+                if isinstance(sub, ast.Attribute) and isinstance(sub.ctx, (ast.Store, ast.Del)):
                     full = self.origin(_dotted(sub))
                     head = (full or "").split(".")[0]
                     if full and (head in ALLOWED_MODULES or head in _MODULE_KIND or full.startswith("__builtins__")):
                         self.flag(node, "patching", f"assignment to {full}")
+                    elif head not in ("self", "cls") and sub.attr in _patchable_names():
+                        # a course or torch function replaced on an object reached some other way (a module from
+                        # sys.modules or print.__self__, type(tensor)): the name says what it replaces
+                        self.flag(node, "patching", f"assignment to {full or '...'} (replaces the course's or "
+                                                    f"torch's {sub.attr})")
                 elif isinstance(sub, ast.Subscript):
                     full = self.origin(_dotted(sub.value))
                     if full in ("sys.modules", "__builtins__", "builtins.__dict__", "globals()") or (
@@ -332,6 +373,8 @@ class Auditor(ast.NodeVisitor):
                 self.flag(node, "file", f"{name}() outside the working folder")
             elif name.startswith("sys.modules") and short in ("pop", "update", "clear", "setdefault", "__setitem__"):
                 self.flag(node, "patching", f"{name}()")
+            if name.endswith((".events.register", ".events.unregister")):
+                self.flag(node, "introspection", f"{name}() (an IPython event hook)")
         self.generic_visit(node)
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
@@ -343,6 +386,8 @@ class Auditor(ast.NodeVisitor):
             self.flag(node, kind, f"uses {full or node.attr}")
         elif full.startswith("torch._C.") and not full.startswith("torch._C._nn"):
             self.flag(node, "introspection", f"private {full}")
+        elif node.attr in _REACHED_MODULES and self.is_library(node.value):
+            self.flag(node, _module_kind(node.attr) or "introspection", f"reaches {node.attr} through {full}")
         elif node.attr == "events" and "ipython" in full.lower():
             self.flag(node, "introspection", f"uses {full}")
         self.generic_visit(node)
@@ -355,6 +400,9 @@ class Auditor(ast.NodeVisitor):
     def visit_Constant(self, node: ast.Constant) -> None:
         if isinstance(node.value, str) and len(node.value) < 200 and _IPYTHON_TEXT.search(node.value):
             self.flag(node, "introspection", f"get_ipython (in the string {node.value[:40]!r})")
+        elif isinstance(node.value, str) and (node.value in _REACHED_MODULES or (
+                node.value.startswith("mlsys.course.") and _module_kind(node.value))):
+            self.flag(node, _module_kind(node.value) or "introspection", f"names the module {node.value!r} in a string")
 
     def visit_BinOp(self, node: ast.BinOp) -> None:
         text = _folded(node)  # 'get_' + 'ipython': the pieces of a name spelled apart
@@ -380,7 +428,7 @@ def course_names(nb: dict[str, Any] | None) -> dict[str, str]:
     """Names the course's code cells of a released notebook bind by import, with what each names."""
     names: dict[str, str] = {}
     for cell in (nb or {}).get("cells", []):
-        meta = cell.get("metadata", {}).get("nbgrader", {}) or {}
+        meta = _nbgrader(cell)
         if cell.get("cell_type") != "code" or meta.get("solution") or meta.get("grade"):
             continue
         try:
@@ -434,13 +482,25 @@ def _text(cell: dict[str, Any]) -> str:
     return ("".join(src) if isinstance(src, list) else str(src)).strip()
 
 
+def _nbgrader(cell: dict[str, Any]) -> dict[str, Any]:
+    """A cell's nbgrader metadata, or {} where a submission holds something else there."""
+    meta = cell.get("metadata")
+    nbg = meta.get("nbgrader") if isinstance(meta, dict) else None
+    return nbg if isinstance(nbg, dict) else {}
+
+
 def audit_notebook(nb: dict[str, Any], given: dict[str, Any] | None = None) -> list[Flag]:
     """Flags for every code cell of ``nb`` except autograded test cells (which the grader restores).
 
     ``given`` (the released notebook) lists cells the course wrote: a cell left exactly as released
-    (e.g. the set-up cell that pip-installs in Colab) is not audited.
+    (e.g. the set-up cell that pip-installs in Colab) is not audited, and a cell is a test cell only if the
+    release has a test cell of its grade id and it is the first of that id (what :func:`mlsys.course.teach.
+    _normalise_cells` grades): a cell that only *says* it is a test (an invented or repeated grade id) runs as
+    an ordinary cell and is audited like one.
     """
     released = {_text(c) for c in (given or {}).get("cells", []) if c.get("cell_type") == "code"}
+    tests = {str(_nbgrader(c).get("grade_id")) for c in (given or {}).get("cells", []) if is_autograded(_nbgrader(c))}
+    seen: set[str] = set()
     names = course_names(given)
     flags: list[Flag] = []
     code_index = -1
@@ -448,7 +508,11 @@ def audit_notebook(nb: dict[str, Any], given: dict[str, Any] | None = None) -> l
         if cell.get("cell_type") != "code":
             continue
         code_index += 1
-        if is_autograded(cell.get("metadata", {}).get("nbgrader")):
+        meta = _nbgrader(cell)
+        gid = str(meta.get("grade_id"))
+        first = gid not in seen
+        seen.add(gid)
+        if is_autograded(meta) and (given is None or (gid in tests and first)):
             continue
         if _text(cell) in released:
             continue
