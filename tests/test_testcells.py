@@ -281,11 +281,14 @@ def test_what_a_test_cell_defines_is_kept_for_the_next_but_never_what_it_fetched
     assert only[0]["ename"] == "NameError"  # a course cell's name is never taken from the learner
 
 
-def test_an_in_place_change_by_the_learner_reaches_the_grader_copy():
-    rpc = LocalRpc(_learner("def scale_(a):\n    a *= 2\n    return None\n"))
-    a = np.array([1.0, 2.0])
-    rpc.get("scale_")(a)
-    assert a.tolist() == [2.0, 4.0]
+def test_an_in_place_change_by_the_learner_fails_and_leaves_the_grader_copy():
+    """A function that zeroes its input and returns zeros would otherwise match a reference the test computes after
+    the call from the same array; the change fails the call and the grader's array keeps its values."""
+    rpc = LocalRpc(_learner("import numpy as np\n\ndef zero_(s, v):\n    v[...] = 0\n    return np.zeros(2)\n"))
+    s, v = np.array([1.0, 2.0]), np.array([3.0, 4.0])
+    with pytest.raises(proxy.LearnerCodeError, match="zero_ changed its argument 2 in place"):
+        rpc.get("zero_")(s, v)
+    assert v.tolist() == [3.0, 4.0]
 
 
 def test_calls_of_counts_a_learner_global_inside_the_worker():

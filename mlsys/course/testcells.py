@@ -148,7 +148,7 @@ class Rpc:
         reply = self._request(req)
         fn.ops.update(str(op) for op in reply.get("ops", []))
         result = self._out(reply, fn.__name__)
-        _write_back(args, reply.get("changed"), self._ref, offset=1 if helper is not None else 0)
+        _refuse_in_place(fn.__name__, args, reply.get("changed"), offset=1 if helper is not None else 0)
         for r in _remote_functions(result):  # a function the call returned: its calls count for this one too
             object.__setattr__(r, "ops", fn.ops)
         return result
@@ -167,25 +167,20 @@ class Rpc:
         return value
 
 
-def _write_back(args: tuple, changed: Any, ref: Any, offset: int) -> None:
-    """A call that changed an array or tensor argument in place changes the grader's copy the same way."""
+def _refuse_in_place(name: str, args: tuple, changed: Any, offset: int) -> None:
+    """A call that changed an array or tensor argument in place fails the test, and the grader's copy stays as it was.
+
+    Writing the change back would let a function steer the test's own values: a test that computes its reference
+    after the call, from the same arrays (``assert_close(f(s, v), reference(s, v))``), would compare with a
+    reference the function chose (it zeroes ``v`` and returns zeros). Every function a test calls here must leave
+    its arguments unchanged (a launcher reads its inputs; ``online_update`` returns new arrays)."""
     if not isinstance(changed, dict):
         return
-    import sys
-
-    torch, np = sys.modules.get("torch"), sys.modules.get("numpy")
-    for key, enc in changed.items():
-        i = int(key) - offset if str(key).isdigit() else -1
-        if not 0 <= i < len(args):
-            continue
-        orig, new = args[i], proxy.decode(enc, ref)
-        if torch is not None and type(orig) is torch.Tensor and type(new) is torch.Tensor \
-                and new.shape == orig.shape and new.dtype == orig.dtype:
-            with torch.no_grad():
-                orig.copy_(new.to(orig.device))
-        elif np is not None and type(orig) is np.ndarray and type(new) is np.ndarray \
-                and new.shape == orig.shape and new.dtype == orig.dtype and orig.flags.writeable:
-            orig[...] = new
+    which = sorted(int(k) - offset + 1 for k in changed if str(k).isdigit() and 0 <= int(k) - offset < len(args))
+    if which:
+        raise proxy.LearnerCodeError(
+            f"{name} changed its argument{'s' if len(which) > 1 else ''} {', '.join(map(str, which))} in place; it must "
+            "leave its arguments unchanged and return new values (the test's own copies were not changed)")
 
 
 def _remote_functions(x: Any, depth: int = 0) -> list[proxy.RemoteFunction]:

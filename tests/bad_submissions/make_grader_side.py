@@ -339,6 +339,21 @@ def fused_softmax(x):
 ''',
 }
 
+LAB5_ZEROES_INPUTS = '''\
+import numpy as np
+
+
+def online_update(m, l, acc, s_blk, v_blk):
+    return m, l, acc  # no online softmax at all
+
+
+def streamed_attention(s, v, block):
+    for start in range(0, s.shape[1], block):  # one call per block, as the streaming check counts them
+        online_update(None, None, None, s[:, start:start + block], v[start:start + block])
+    v[...] = 0.0  # the test's reference, softmax(s) @ v, is computed after this call from the same v: now 0
+    return np.zeros((s.shape[0], v.shape[1]))
+'''
+
 CASES = {  # (lab, short, case): ({grade_id of an answer cell: its new source}, points), expected row: 0 of them
     ("lab1_roofline", "lab1", "input_transformer"): ({"FIRST": TRANSFORMER}, 11),
     ("lab2_tiled_matmul", "lab2", "hooks_and_helpers"): ({"add_kernel": HOOKS_AND_HELPERS, "tile_report": WRONG_TILE_REPORT}, 14),
@@ -365,6 +380,10 @@ ANSWERED = {  # (lab, short, case): ({grade_id: new source}, expected row): the 
     ("lab4_collectives", "lab4", "patched_checks"): (
         {"ring": LAB4_PATCHED_CHECKS},
         {"status": "ok", "correctness_score": 11, "correctness_max": 17, "message": "sent and received nothing"}),
+    # changes its input in place so that the reference a test computes afterwards from it matches a cheap output:
+    # the call fails (it was written back into the grader's copy, which bought 5 of 7 online-softmax points)
+    ("lab5_attention", "lab5", "zeroes_its_inputs"): (
+        {"online_softmax": LAB5_ZEROES_INPUTS}, {"status": "ok", "correctness_score": 12, "correctness_max": 19}),
     # not prevented (the evidence is made in the learner's kernel): the audit's flag is the teacher's warning
     ("lab4_collectives", "lab4", "forged_ring_report"): (
         {"ring": LAB4_FORGED_REPORT},
