@@ -430,6 +430,11 @@ def _annotate_feedback(html: Path, row: Row) -> None:
     html.write_text(text, encoding="utf-8")
 
 
+def printable_name(name: str) -> str:
+    """``name`` (a folder name, bytes that are not UTF-8 held as surrogates) with such bytes as ``\\xNN``."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
 def _nbgrader_id(student: str) -> str:
     """The id nbgrader sees for a student: never the folder name itself, so that names starting with
     ``-`` (read as an option), spaces or other odd characters cannot break or steer nbgrader."""
@@ -529,6 +534,8 @@ def _grade_one(sub: Submission, prep: _Prepared, work: Path, root: Path, *, time
     dest = course / "submitted" / sid / lab
     if sub.folder is not None:
         shutil.copytree(sub.folder, dest, ignore=_no_links)
+        if nb_path.name != f"{lab}.ipynb":  # the folder's one notebook, under another name (see plan)
+            shutil.copy2(nb_path, dest / f"{lab}.ipynb")
     else:  # a notebook saved without its lab folder: graded on its own
         dest.mkdir(parents=True)
         shutil.copy2(nb_path, dest / f"{lab}.ipynb")
@@ -701,6 +708,12 @@ def plan(root: Path | None = None, *, submitted: Path | None = None, labs: list[
                                               f"folder: {expected}")
             continue
         student, any_work = entry.name, False
+        shown = printable_name(student)
+        if shown != student:  # bytes that are not UTF-8: no report, row file or terminal can hold the name as it is
+            if not labs:
+                problem(shown, "(none)", "the folder name is not valid UTF-8 (shown here with \\x escapes): rename "
+                                         f"the folder and grade again; {expected}")
+            continue
         for child in sorted(entry.iterdir()):
             if child.is_symlink():
                 continue
@@ -714,7 +727,12 @@ def plan(root: Path | None = None, *, submitted: Path | None = None, labs: list[
                 if lab not in known:
                     problem(student, lab, f"unknown lab {lab!r}; expected one of {known}")
                     continue
-                found.append(Submission(student, lab, child / f"{lab}.ipynb", child))
+                nb, note = child / f"{lab}.ipynb", ""
+                others = sorted(q for q in child.glob("*.ipynb") if q.is_file() and not q.is_symlink())
+                if not nb.exists() and len(others) == 1:  # "lab1 (1).ipynb", as a browser saves a second download
+                    nb, note = others[0], (f"the notebook is named {printable_name(others[0].name)!r}; graded as "
+                                           f"{lab} (expected {lab}/{lab}.ipynb)")
+                found.append(Submission(student, lab, nb, child, note=note))
             elif child.suffix == ".ipynb":
                 any_work = True
                 lab = child.stem
