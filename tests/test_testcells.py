@@ -176,6 +176,9 @@ def test_a_blob_that_is_a_link_is_refused(tmp_path):
     assert not link.exists()
     assert isinstance(proxy.decode({"t": "ndarray", "dtype": "|O", "shape": [1], "blob": "x.bin"}, lambda d: d),
                       proxy.Rejected)
+    # a tensor the worker says is on the "meta" device (a shape, no values) is not a result
+    assert isinstance(proxy.decode({"t": "tensor", "dtype": "float32", "shape": [2], "device": "meta",
+                                    "blob": proxy._blob(b"\x00" * 8)}, lambda d: d), proxy.Rejected)
 
 
 # ------------------------------------------------------------------------------------------------

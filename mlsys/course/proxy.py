@@ -194,6 +194,8 @@ def decode(d: Any, ref: Callable[[dict[str, Any]], Any], depth: int = 0) -> Any:
         flat = torch.frombuffer(raw, dtype=torch.uint8) if raw else torch.empty(0, dtype=torch.uint8)
         out = flat.view(dtype).reshape(shape) if raw else torch.empty(shape, dtype=dtype)
         device = d.get("device", "cpu")
+        if device not in ("cpu", "cuda"):  # a "meta" tensor has a shape and no values: never a result
+            return Rejected(f"a tensor on device {str(device)[:20]!r}")
         out = out.clone() if device == "cpu" else out.to(device)
         pad = d.get("pad")
         return zero_padded(out, pad) if type(pad) is int and 0 < pad <= MAX_PAD else out
