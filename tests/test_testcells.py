@@ -371,6 +371,10 @@ def mm(a, b):
 
 def to_numpy(a, b):
     return torch.from_numpy(__import__("numpy").asarray(a) + __import__("numpy").asarray(b))
+
+
+def in_python(a, b):
+    return torch.tensor([x + y for x, y in zip(torch.Tensor.tolist(a), b.tolist())])
 '''
 
 
@@ -390,6 +394,7 @@ def _run_cell(src: str, ns: dict) -> list[dict]:
     # the check first, the calls after it: checked again when the cell ends
     ("assert_no_library_calls(mm, FORBIDDEN_MATMUL)\nmm(torch.ones(2, 2), torch.eye(2))", "aten::mm"),
     ("assert_no_library_calls(to_numpy, FORBIDDEN_MATMUL)\nto_numpy(torch.ones(2), torch.ones(2))", "out of torch"),
+    ("assert_no_library_calls(in_python, FORBIDDEN_MATMUL)\nin_python(torch.ones(2), torch.ones(2))", "out of torch"),
     # a test lambda that calls the learner's function: what the lambda ran counts for that function
     ("assert_no_library_calls(mm, FORBIDDEN_MATMUL)\nf = lambda a: mm(a.t(), a)\nf(torch.ones(2, 3))", "aten::mm"),
 ])

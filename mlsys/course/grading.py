@@ -539,7 +539,8 @@ def _check_dispatched_ops(fn: Any, forbidden: Iterable[str], label: str, extra: 
             hit = next((p for p in python if fnmatch.fnmatchcase(op[3:], p)), None)
             what = f"called the library function {op[3:]} (not allowed here: {hit})"
             if hit is None and op == TO_NUMPY and any(p.startswith("numpy") for p in python):
-                hit, what = op, "took a tensor's data out of torch (Tensor.numpy or numpy.asarray) to compute with it"
+                hit, what = op, ("took a tensor's data out of torch (Tensor.numpy, Tensor.tolist or numpy.asarray) to "
+                                 "compute with it")
             if hit is None and op == RECORD_OVERFLOW and python:
                 hit, what = op, "called more library functions than the grader's record holds"
             if hit is not None:

@@ -54,8 +54,8 @@ MAX_PAD = 1 << 20
 RECORD_OVERFLOW = "py:(more library functions than the record holds)"
 """In a call's record (:class:`mlsys.course.worker.CallRecorder`): too many library functions were called to list."""
 TO_NUMPY = "py:torch.Tensor.numpy"
-"""In a call's record: a tensor's data taken out of torch (``.numpy()``, ``numpy.asarray``), where what is done
-with it is no longer recorded."""
+"""In a call's record: a tensor's data taken out of torch (``.numpy()``, ``.tolist()``, ``numpy.asarray``), where
+what is done with it is no longer recorded."""
 
 HARNESS = [0]
 """Above 0 while the course's checks do their own torch work inside a learner's call (allocating guard buffers

@@ -85,6 +85,9 @@ def _builtin_name(fn: Any) -> str:
     owner = getattr(fn, "__self__", None)
     name = str(getattr(fn, "__qualname__", None) or getattr(fn, "__name__", "?"))
     mod = getattr(fn, "__module__", None)
+    if owner is None and isinstance(getattr(fn, "__objclass__", None), type):  # an unbound method: Tensor.tolist(x)
+        owner_type = fn.__objclass__
+        return f"{owner_type.__module__}.{owner_type.__qualname__}.{getattr(fn, '__name__', '?')}"
     if isinstance(owner, types.ModuleType):
         mod = mod or owner.__name__
     elif owner is not None and mod is None:
@@ -94,6 +97,8 @@ def _builtin_name(fn: Any) -> str:
 
 
 MAX_RECORDED = 5000
+_LEAVE_TORCH = frozenset({"numpy", "tolist"})
+"""Tensor methods that hand a tensor's data to NumPy or to plain Python, where what is computed is not recorded."""
 
 
 class CallRecorder:
@@ -139,8 +144,8 @@ class CallRecorder:
             name = _builtin_name(arg)
             if _top(name) not in _SKIP_PACKAGES:
                 self.ops.add("py:" + name)
-            elif name == "torch.Tensor.numpy":
-                self.ops.add(TO_NUMPY)
+            elif getattr(arg, "__name__", "") in _LEAVE_TORCH and _top(name) == "torch":
+                self.ops.add(TO_NUMPY)  # x.numpy(), x.tolist(), torch.Tensor.tolist(x)
 
     def __enter__(self) -> CallRecorder:
         import threading
