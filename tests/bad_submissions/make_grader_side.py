@@ -354,6 +354,43 @@ def streamed_attention(s, v, block):
     return np.zeros((s.shape[0], v.shape[1]))
 '''
 
+LAB2_RECORD_OFF = '''\
+# the worker's record switched off from the learner's own kernel (the builtins module through print.__self__, no
+# import to flag), a library matmul behind an alias, and a Triton kernel that loads a few elements so that a
+# Triton load happened: the residue of evidence made in the learner's process, which only the audit can catch
+_b = print.__self__
+_worker = _b.__import__("mlsys.course.worker", fromlist=["CallRecorder"])
+
+
+class _Quiet:
+    def __init__(self):
+        self.ops = set()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return None
+
+
+_worker._recorder = _Quiet
+_mm = torch.matmul
+
+
+@triton.jit
+def _touch(a_ptr, b_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.load(a_ptr + offs, mask=offs < n)
+    tl.load(b_ptr + offs, mask=offs < n)
+
+
+def naive_matmul(a, b, block_k=32):
+    M, N, K, c = matmul_operands(a, b)
+    _touch[(1,)](a, b, 1, BLOCK=16)
+    c.copy_(_mm(a.float(), b.float()).to(c.dtype))
+    return c
+'''
+
 CASES = {  # (lab, short, case): ({grade_id of an answer cell: its new source}, points), expected row: 0 of them
     ("lab1_roofline", "lab1", "input_transformer"): ({"FIRST": TRANSFORMER}, 11),
     ("lab2_tiled_matmul", "lab2", "hooks_and_helpers"): ({"add_kernel": HOOKS_AND_HELPERS, "tile_report": WRONG_TILE_REPORT}, 14),
@@ -385,6 +422,9 @@ ANSWERED = {  # (lab, short, case): ({grade_id: new source}, expected row): the 
     ("lab5_attention", "lab5", "zeroes_its_inputs"): (
         {"online_softmax": LAB5_ZEROES_INPUTS}, {"status": "ok", "correctness_score": 12, "correctness_max": 19}),
     # not prevented (the evidence is made in the learner's kernel): the audit's flag is the teacher's warning
+    ("lab2_tiled_matmul", "lab2", "record_switched_off"): (
+        {"naive_kernel": LAB2_RECORD_OFF},
+        {"status": "ok", "correctness_score": 14, "correctness_max": 14, "flags": "patching"}),
     ("lab4_collectives", "lab4", "forged_ring_report"): (
         {"ring": LAB4_FORGED_REPORT},
         {"status": "ok", "correctness_score": 17, "correctness_max": 17, "flags": "patching"}),
