@@ -151,6 +151,8 @@ def test_rebinding_a_name_the_course_imported_is_flagged():
     # a course function or a tensor method replaced on an object reached some other way
     ("w = find()\nw.dispatch_recorder = lambda: None\n", "patching"),
     ("T = type(x)\nT.copy_ = lambda self, src: self\n", "patching"),
+    ("T = type(x)\nsetattr(T, 'any', lambda self: False)\n", "patching"),
+    ("setattr(find(), name, None)\n", "patching"),
     # an IPython event hook on a shell object not named like one, and the profile hook the worker's record uses
     ("shell = thing()\nshell.events.register('pre_run_cell', f)\n", "introspection"),
     ("import torch\ntorch.sys.setprofile(None)\n", "introspection"),

@@ -365,7 +365,11 @@ class Auditor(ast.NodeVisitor):
                     self.flag(node, "dynamic", f"{short}({_dotted(target) or '...'}, ...) on a module or object")
             if kind:
                 if short in ("setattr", "delattr") and node.args and not self.is_library(node.args[0]):
-                    kind = None
+                    # on an object of the learner's own: flagged only where the name replaces a course function or a
+                    # tensor method (setattr(type(x), "any", ...)), or is not written out
+                    attr = node.args[1] if len(node.args) > 1 else None
+                    if isinstance(attr, ast.Constant) and str(attr.value) not in _patchable_names():
+                        kind = None
                 if kind:
                     self.flag(node, kind, f"{name}()")
             elif short in ("open", "read_text", "read_bytes", "write_text", "write_bytes", "Path", "glob", "rglob",
