@@ -153,6 +153,7 @@ def test_rebinding_a_name_the_course_imported_is_flagged():
     ("T = type(x)\nT.copy_ = lambda self, src: self\n", "patching"),
     ("T = type(x)\nsetattr(T, 'any', lambda self: False)\n", "patching"),
     ("setattr(find(), name, None)\n", "patching"),
+    ("__name__ = 'mlsys.roofline'\n", "imitation"),
     # an IPython event hook on a shell object not named like one, and the profile hook the worker's record uses
     ("shell = thing()\nshell.events.register('pre_run_cell', f)\n", "introspection"),
     ("import torch\ntorch.sys.setprofile(None)\n", "introspection"),

@@ -378,6 +378,15 @@ def in_python(a, b):
 '''
 
 
+def test_a_cell_that_renames_its_module_is_still_not_the_course_package():
+    """``__name__ = "mlsys.x"`` in an answer cell makes its functions' globals say they are the course's; the record
+    decides by the file the code came from."""
+    ns = _learner(LIBRARY_BEHIND_THE_DEF)
+    ns["__name__"] = "mlsys.pretend"
+    errors = _run_cell("counts(2, 3, 4)\nassert_no_library_calls(counts, {'mlsys.roofline.*'})", ns)
+    assert len(errors) == 1 and "mlsys.roofline.matmul_flops" in errors[0]["evalue"], errors
+
+
 def _run_cell(src: str, ns: dict) -> list[dict]:
     import ast
 

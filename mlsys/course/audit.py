@@ -397,6 +397,8 @@ class Auditor(ast.NodeVisitor):
         self.generic_visit(node)
 
     def visit_Name(self, node: ast.Name) -> None:
+        if isinstance(node.ctx, ast.Store) and node.id in ("__name__", "__file__", "__package__", "__module__"):
+            self.flag(node, "imitation", f"rebinds {node.id} (code that claims to come from elsewhere)")
         if _GET_IPYTHON.search(node.id) or node.id in ("__builtins__", "__loader__", "__spec__"):
             self.flag(node, "introspection", f"get_ipython ({node.id})" if _GET_IPYTHON.search(node.id) else node.id)
         self.generic_visit(node)

@@ -48,20 +48,28 @@ _SKIP_PACKAGES = frozenset({"torch", "triton", "mlsys", "builtins", "_io", "posi
 is the tool the labs teach, the course's own package is recorded only where code from outside it enters it."""
 _LEARNER: dict[str, bool] = {}
 _ROOTS: list[tuple[str, ...]] = []
+_PACKAGE: list[str] = []
 
 
 def _library_roots() -> tuple[str, ...]:
     """Folders whose Python files are libraries (the interpreter's, the environment's, the course package)."""
     if not _ROOTS:
-        import os
         import sysconfig
+
+        roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, *sysconfig.get_paths().values(), _package_dir()}
+        _ROOTS.append(tuple(sorted(r.rstrip("/") + "/" for r in roots if r and r != "/")))
+    return _ROOTS[0]
+
+
+def _package_dir() -> str:
+    """The course package's folder, with a trailing slash."""
+    if not _PACKAGE:
+        import os
 
         import mlsys
 
-        roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, *sysconfig.get_paths().values(),
-                 os.path.dirname(os.path.abspath(mlsys.__file__))}
-        _ROOTS.append(tuple(sorted(r.rstrip("/") + "/" for r in roots if r and r != "/")))
-    return _ROOTS[0]
+        _PACKAGE.append(os.path.dirname(os.path.abspath(mlsys.__file__)) + "/")
+    return _PACKAGE[0]
 
 
 def _is_learner(filename: str) -> bool:
@@ -134,8 +142,9 @@ class CallRecorder:
             if mod == "torch._tensor" and frame.f_code.co_name == "__array__":  # numpy.asarray(tensor), however called
                 self.ops.add(TO_NUMPY)
                 return
-            if top == "mlsys":  # the course's own functions: entered from outside the package
-                if str(mod).startswith("mlsys.course") or _top(caller.f_globals.get("__name__")) == "mlsys":
+            if top == "mlsys":  # the course's own functions: entered from outside the package (by the caller's file:
+                # a cell that sets its __name__ to "mlsys.x" is still not the package)
+                if str(mod).startswith("mlsys.course") or caller.f_code.co_filename.startswith(_package_dir()):
                     return
             elif top in _SKIP_PACKAGES or not _is_learner(caller.f_code.co_filename):
                 return
