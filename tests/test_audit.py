@@ -154,6 +154,11 @@ def test_rebinding_a_name_the_course_imported_is_flagged():
     ("T = type(x)\nsetattr(T, 'any', lambda self: False)\n", "patching"),
     ("setattr(find(), name, None)\n", "patching"),
     ("__name__ = 'mlsys.roofline'\n", "imitation"),
+    # look-ups by name that spell getattr otherwise, and a course module named without its package
+    ("import operator\nimport mlsys\nw = operator.attrgetter('course.worker')(mlsys)\n", "dynamic"),
+    ("import operator\nimport mlsys\nw = operator.attrgetter('course.worker')(mlsys)\n", "introspection"),
+    ("from functools import reduce\nimport mlsys\nf = reduce(getattr, ['roofline', 'bound'], mlsys)\n", "dynamic"),
+    ("w = find()\nw.__dict__.update(x=1)\n", "dynamic"),
     # an IPython event hook on a shell object not named like one, and the profile hook the worker's record uses
     ("shell = thing()\nshell.events.register('pre_run_cell', f)\n", "introspection"),
     ("import torch\ntorch.sys.setprofile(None)\n", "introspection"),

@@ -78,6 +78,7 @@ _CALL_KIND = {
     "os.walk": "file", "os.listdir": "file", "os.scandir": "file", "os.symlink": "file", "os.link": "file",
     "os.chdir": "file", "sys._getframe": "introspection", "sys.settrace": "introspection",
     "sys.setprofile": "introspection", "sys.addaudithook": "introspection",
+    "operator.attrgetter": "dynamic", "operator.methodcaller": "dynamic",  # getattr by a string, spelled otherwise
 }
 _STREAMS = ("torch.cuda.Stream", "torch.cuda.stream", "torch.cuda.set_stream", "torch.cuda.ExternalStream",
             "torch.Stream", "torch.cuda.graphs", "torch.cuda.CUDAGraph", "torch.cuda.graph")
@@ -97,6 +98,8 @@ _SUSPECT_ATTRS = {
     "setprofile": "introspection", "settrace": "introspection", "getprofile": "introspection",
     "gettrace": "introspection", "co_filename": "introspection", "co_qualname": "introspection",
 }
+_LOOKUP_BUILTINS = frozenset({"getattr", "setattr", "delattr", "vars", "eval", "exec", "__import__", "globals", "compile"})
+_COURSE_INTERNALS = re.compile(r"(^|\.)(worker|cellrunner|testcells|proxy|trusted|perfworker|perfwire|watchdog|sandbox)$")
 _REACHED_MODULES = frozenset({"sys", "os", "builtins", "importlib", "subprocess", "ctypes", "inspect", "gc", "threading",
                               "signal", "atexit", "socket", "multiprocessing", "IPython", "ipykernel", "types"})
 """Modules whose name as a string, or as an attribute of a library module (``torch.sys``, ``np.os``), reaches
@@ -208,6 +211,7 @@ class Auditor(ast.NodeVisitor):
         self.course_names = course_names or {}  # names the course's own cells import -> what they name
         self.flags: list[Flag] = []
         self.aliases: dict[str, str] = {}  # local name -> dotted origin (a module or an object in one)
+        self._called: set[int] = set()  # the func nodes of calls (set by run)
 
     # -- helpers
     def flag(self, node: ast.AST, kind: str, what: str) -> None:
@@ -228,6 +232,7 @@ class Auditor(ast.NodeVisitor):
                 or (isinstance(node, ast.Name) and node.id in self.aliases))
 
     def run(self, tree: ast.AST) -> list[Flag]:
+        self._called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
         for node in ast.walk(tree):  # aliases first: a later import still names what an earlier line used
             if isinstance(node, ast.Import):
                 for a in node.names:
@@ -386,7 +391,7 @@ class Auditor(ast.NodeVisitor):
         kind = _SUSPECT_ATTRS.get(node.attr)
         if _GET_IPYTHON.search(node.attr):
             self.flag(node, "introspection", f"get_ipython ({full or node.attr})")
-        elif kind and (node.attr != "__dict__" or self.is_library(node.value)):
+        elif kind and (node.attr != "__dict__" or not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))):
             self.flag(node, kind, f"uses {full or node.attr}")
         elif full.startswith("torch._C.") and not full.startswith("torch._C._nn"):
             self.flag(node, "introspection", f"private {full}")
@@ -397,6 +402,8 @@ class Auditor(ast.NodeVisitor):
         self.generic_visit(node)
 
     def visit_Name(self, node: ast.Name) -> None:
+        if isinstance(node.ctx, ast.Load) and node.id in _LOOKUP_BUILTINS and id(node) not in self._called:
+            self.flag(node, "dynamic", f"{node.id} passed as a value (a look-up by name: reduce(getattr, ...))")
         if isinstance(node.ctx, ast.Store) and node.id in ("__name__", "__file__", "__package__", "__module__"):
             self.flag(node, "imitation", f"rebinds {node.id} (code that claims to come from elsewhere)")
         if _GET_IPYTHON.search(node.id) or node.id in ("__builtins__", "__loader__", "__spec__"):
@@ -406,9 +413,9 @@ class Auditor(ast.NodeVisitor):
     def visit_Constant(self, node: ast.Constant) -> None:
         if isinstance(node.value, str) and len(node.value) < 200 and _IPYTHON_TEXT.search(node.value):
             self.flag(node, "introspection", f"get_ipython (in the string {node.value[:40]!r})")
-        elif isinstance(node.value, str) and (node.value in _REACHED_MODULES or (
+        elif isinstance(node.value, str) and (node.value in _REACHED_MODULES or _COURSE_INTERNALS.search(node.value) or (
                 node.value.startswith("mlsys.course.") and _module_kind(node.value))):
-            self.flag(node, _module_kind(node.value) or "introspection", f"names the module {node.value!r} in a string")
+            self.flag(node, "introspection" if _COURSE_INTERNALS.search(node.value) else (_module_kind(node.value) or "introspection"), f"names the module {node.value!r} in a string")
 
     def visit_BinOp(self, node: ast.BinOp) -> None:
         text = _folded(node)  # 'get_' + 'ipython': the pieces of a name spelled apart
