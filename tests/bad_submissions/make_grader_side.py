@@ -298,8 +298,16 @@ LAB2_LIBRARY = {
 _mm = torch.matmul  # bound outside the def: a source check of naive_matmul sees only `_mm`
 
 
+@triton.jit
+def _touch(a_ptr, b_ptr, n, BLOCK: tl.constexpr):  # a token Triton load, so that "a kernel ran"
+    offs = tl.arange(0, BLOCK)
+    tl.load(a_ptr + offs, mask=offs < n)
+    tl.load(b_ptr + offs, mask=offs < n)
+
+
 def naive_matmul(a, b, block_k=32):
     M, N, K, c = matmul_operands(a, b)
+    _touch[(1,)](a, b, 1, BLOCK=16)
     c.copy_(_mm(a.float(), b.float()).to(c.dtype))
     return c
 ''',
@@ -406,11 +414,12 @@ ANSWERED = {  # (lab, short, case): ({grade_id: new source}, expected row): the 
     # checked when the test cell ends, whether the cell's assert_no_library_calls comes before or after the calls
     ("lab1_roofline", "lab1", "library_alias"): (
         {"counts": LAB1_LIBRARY, "classify": LAB1_CLASSIFY_LIBRARY},
-        {"status": "ok", "correctness_score": 5, "correctness_max": 11, "message": "mlsys.roofline.matmul_flops"}),
+        {"status": "ok", "correctness_score": 5, "correctness_max": 11, "message": "not allowed here: mlsys.roofline.*"}),
     ("lab2_tiled_matmul", "lab2", "library_alias"): (
         LAB2_LIBRARY, {"status": "ok", "correctness_score": 7, "correctness_max": 14, "message": "aten::mm"}),
     ("lab3_fusion", "lab3", "library_alias"): (
-        LAB3_LIBRARY, {"status": "ok", "correctness_score": 4, "correctness_max": 14, "message": "aten::_softmax"}),
+        LAB3_LIBRARY, {"status": "ok", "correctness_score": 4, "correctness_max": 14,
+                       "message": "no Triton kernel loaded anything"}),
     ("lab4_collectives", "lab4", "world_group_allreduce"): (
         {"ring": LAB4_WORLD_GROUP},
         {"status": "ok", "correctness_score": 11, "correctness_max": 17, "message": "allreduce"}),
