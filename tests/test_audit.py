@@ -159,9 +159,21 @@ def test_rebinding_a_name_the_course_imported_is_flagged():
     ("import operator\nimport mlsys\nw = operator.attrgetter('course.worker')(mlsys)\n", "introspection"),
     ("from functools import reduce\nimport mlsys\nf = reduce(getattr, ['roofline', 'bound'], mlsys)\n", "dynamic"),
     ("w = find()\nw.__dict__.update(x=1)\n", "dynamic"),
+    # the grader's own machinery used as a tool: run_isolated forks a process whose work no record sees
+    ("from mlsys.course.grading import run_isolated\n", "introspection"),
+    ("import mlsys\nc = mlsys.course.checks.calls_of(f, 'g')\n", "introspection"),
     # an IPython event hook on a shell object not named like one, and the profile hook the worker's record uses
     ("shell = thing()\nshell.events.register('pre_run_cell', f)\n", "introspection"),
     ("import torch\ntorch.sys.setprofile(None)\n", "introspection"),
 ])
 def test_roundabout_ways_to_the_grader_are_flagged(src, kind):
     assert kind in {f.kind for f in audit_source(src)}, audit_source(src)
+
+
+def test_the_graders_modules_through_a_name_the_course_imported_are_flagged():
+    """A lab's set-up cell imports ``checks`` and ``grading``; an answer that calls ``grading.run_isolated`` uses the
+    grader's machinery (its forked child's work is in no record), one that asks ``mlsys.course.device`` is fine."""
+    course = {"grading": "mlsys.course.grading", "checks": "mlsys.course.checks", "mlsys": "mlsys"}
+    flags = audit_source("out = grading.run_isolated(f, a)\nok = mlsys.course.device.triton_interpreted()\n"
+                         "grading.assert_close(out, a)\nfrom mlsys.course.grading import GradingError\n", 1, course)
+    assert [(f.line, f.kind) for f in flags] == [(1, "introspection")], flags

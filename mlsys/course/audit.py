@@ -98,6 +98,13 @@ _SUSPECT_ATTRS = {
     "setprofile": "introspection", "settrace": "introspection", "getprofile": "introspection",
     "gettrace": "introspection", "co_filename": "introspection", "co_qualname": "introspection",
 }
+_LEARNER_COURSE_MODULES = frozenset({"device", "claims"})
+_LEARNER_COURSE_NAMES = frozenset({"GradingError", "assert_close", "assert_quantity_close", "assert_finite", "award",
+                                   "performance_tier", "NOT_GRADED", "has_cuda", "Points"})
+"""Parts of ``mlsys.course`` an answer may use: the device switch, ``claims.check``, and the checks a learner runs
+on its own results (``grading.assert_close``); the rest is the grader's own machinery, which runs code elsewhere
+(``run_isolated`` and the guarded checks fork a process whose work no record sees) or makes the evidence the
+grader reads (the worker, the dispatch recorder)."""
 _LOOKUP_BUILTINS = frozenset({"getattr", "setattr", "delattr", "vars", "eval", "exec", "__import__", "globals", "compile"})
 _COURSE_INTERNALS = re.compile(r"(^|\.)(worker|cellrunner|testcells|proxy|trusted|perfworker|perfwire|watchdog|sandbox)$")
 _REACHED_MODULES = frozenset({"sys", "os", "builtins", "importlib", "subprocess", "ctypes", "inspect", "gc", "threading",
@@ -286,6 +293,8 @@ class Auditor(ast.NodeVisitor):
             sub = _module_kind(f"{mod}.{a.name}") if not kind else None
             if sub:
                 self.flag(node, sub, f"import {mod}.{a.name}")
+            elif not kind and self.grader_module(f"{mod}.{a.name}"):
+                self.flag(node, "introspection", f"imports the grader's {self.grader_module(f'{mod}.{a.name}')}")
             if _GET_IPYTHON.search(a.name):
                 self.flag(node, "introspection", f"get_ipython (as {mod}.{a.name})")
         self.generic_visit(node)
@@ -386,8 +395,26 @@ class Auditor(ast.NodeVisitor):
                 self.flag(node, "introspection", f"{name}() (an IPython event hook)")
         self.generic_visit(node)
 
+    def grader_module(self, dotted: str | None) -> str | None:
+        """The course's grading module that ``dotted`` reaches (through an import of this cell or of the course's
+        cells: ``checks.run_isolated`` where a course cell imported ``checks``), if it is not a learner's tool."""
+        if not dotted:
+            return None
+        head, _, rest = dotted.partition(".")
+        base = self.aliases.get(head) or self.course_names.get(head) or head
+        full = f"{base}.{rest}" if rest else base
+        parts = full.split(".")
+        if parts[:2] != ["mlsys", "course"] or len(parts) < 3 or parts[2] in _LEARNER_COURSE_MODULES:
+            return None
+        if parts[2] in ("grading", "checks") and (len(parts) == 3 or parts[3] in _LEARNER_COURSE_NAMES):
+            return None  # the module itself, and the checks a learner may run on its own results
+        return ".".join(parts[:4])
+
     def visit_Attribute(self, node: ast.Attribute) -> None:
         full = self.origin(_dotted(node)) or ""
+        grader = self.grader_module(_dotted(node)) if isinstance(node.ctx, ast.Load) else None
+        if grader and (isinstance(node.value, ast.Name) or self.grader_module(_dotted(node.value)) is None):  # once a chain
+            self.flag(node, "introspection", f"uses the grader's module {grader} ({_dotted(node)})")
         kind = _SUSPECT_ATTRS.get(node.attr)
         if _GET_IPYTHON.search(node.attr):
             self.flag(node, "introspection", f"get_ipython ({full or node.attr})")
