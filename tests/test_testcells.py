@@ -387,6 +387,15 @@ def test_a_cell_that_renames_its_module_is_still_not_the_course_package():
     assert len(errors) == 1 and "mlsys.roofline.matmul_flops" in errors[0]["evalue"], errors
 
 
+def test_a_library_routine_handed_to_the_graders_own_helpers_is_still_seen():
+    """checks.calls_of runs the function it is given: a course function entered from the grading machinery counts."""
+    ns = _learner(LIBRARY_BEHIND_THE_DEF + "\n\ndef via_course(m, n, k):\n"
+                  "    from mlsys.course import checks\n"
+                  "    return checks.calls_of(mlsys.roofline.matmul_flops, 'require_count', m, n, k)\n")
+    errors = _run_cell("via_course(2, 3, 4)\nassert_no_library_calls(via_course, {'mlsys.roofline.*'})", ns)
+    assert len(errors) == 1 and "mlsys.roofline.matmul_flops" in errors[0]["evalue"], errors
+
+
 def _run_cell(src: str, ns: dict) -> list[dict]:
     import ast
 
