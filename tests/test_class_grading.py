@@ -65,13 +65,18 @@ def _duplicated_test_cell() -> dict:
 
 def _awkward_corpus(root: Path) -> None:
     """Honest work in awkward shapes: an option-like name, a formula-like name with a duplicated test
-    cell, a notebook saved without its lab folder, a lab folder whose one notebook has another name."""
+    cell, a notebook saved without its lab folder, a lab folder whose one notebook has another name, and one
+    with two notebooks named for nothing (a failed row that names them)."""
     _put(root, "--help", _good())
     _put(root, "=1+2", _duplicated_test_cell())
     _put(root, "loose", _good(), loose=True)
     folder = root / "submitted" / "fay" / "lab0_tiny"  # the lab folder's one notebook, saved under another name
     folder.mkdir(parents=True)
     (folder / "lab0_tiny (1).ipynb").write_text(json.dumps(_good()))
+    folder = root / "submitted" / "gus" / "lab0_tiny"  # two notebooks, neither named for the lab: which one?
+    folder.mkdir(parents=True)
+    for name in ("draft.ipynb", "final.ipynb"):
+        (folder / name).write_text(json.dumps(_good()))
 
 
 def _sandbox_or_skip() -> None:
@@ -227,7 +232,9 @@ def _csv_rows(path: Path) -> dict[str, dict]:
 
 
 def _check_awkward_rows(report: dict[str, dict]) -> None:
-    assert sorted(report) == ["'--help", "'=1+2", "fay", "loose"]
+    assert sorted(report) == ["'--help", "'=1+2", "fay", "gus", "loose"]
+    gus = report.pop("gus")
+    assert gus["status"] == "failed" and "found draft.ipynb, final.ipynb" in gus["reason"], gus
     for row in report.values():
         assert row["status"] == "ok" and row["correctness_score"] == "3", row
     assert "cell test_double appears 2 times" in report["'=1+2"]["reason"]
@@ -238,7 +245,7 @@ def _check_awkward_rows(report: dict[str, dict]) -> None:
 @pytest.mark.slow
 @pytest.mark.xdist_group("slurm")  # one Slurm node of 2 CPUs: one test at a time
 def test_local_and_slurm_grading_give_the_same_csv(tmp_path):
-    """Four awkward honest submissions graded locally (2 at a time) and as a Slurm job array: the
+    """Five awkward submissions graded locally (2 at a time) and as a Slurm job array: the
     same grades.csv byte for byte, every row graded in full, feedback under the real names. The
     course folder's path has a space and a comma in it, as a teacher's folder may."""
     _sandbox_or_skip()
@@ -251,7 +258,7 @@ def test_local_and_slurm_grading_give_the_same_csv(tmp_path):
                        slurm_options=slurm.SlurmOptions(time="20:00", max_running=2), batch=2)
     assert (local / "grades.csv").read_bytes() == (cluster / "grades.csv").read_bytes()
     _check_awkward_rows(_csv_rows(cluster / "grades.csv"))
-    assert all(r.performance == "graded" and r.performance_score == 1 for r in rows)
+    assert all(r.performance == "graded" and r.performance_score == 1 for r in rows if r.student != "gus")
     for student in ("--help", "=1+2", "loose"):
         assert (cluster / "feedback" / student / "lab0_tiny" / "lab0_tiny.html").is_file()
         assert (cluster / "autograded" / student / "lab0_tiny" / "lab0_tiny.ipynb").is_file()

@@ -513,7 +513,10 @@ def _grade_one(sub: Submission, prep: _Prepared, work: Path, root: Path, *, time
     _zero(row)
     nb_path = sub.notebook
     if nb_path.is_symlink() or not nb_path.is_file():
-        return _finish(_failed(row, f"no notebook: expected {student}/{lab}/{lab}.ipynb (a regular file)"))
+        found = sorted(printable_name(q.name) for q in sub.folder.glob("*.ipynb")) if sub.folder is not None else []
+        also = f"; found {', '.join(found[:5])}: rename the one to grade" if found else ""
+        return _finish(_failed(row, f"no notebook: expected {printable_name(student)}/{lab}/{lab}.ipynb (a regular "
+                                    f"file){also}"))
     bad = _validate_submission(nb_path)
     if bad:
         return _finish(_failed(row, bad))
