@@ -642,7 +642,8 @@ def check_kernel(fn: Callable[..., Any], inputs: Sequence[Any], expected: Any, *
     if result is None:
         raise GradingError(f"{label}: expected a tensor, found None (did the function forget to return?)")
     torch = _torch()
-    if out["tracked"] and rep.kernel_loads == 0 and type(result) is torch.Tensor and result.numel():
+    # a result that no Triton load produced (one element, as a 1 x 1 softmax's, may fairly be written without one)
+    if out["tracked"] and rep.kernel_loads == 0 and type(result) is torch.Tensor and result.numel() > 1:
         raise GradingError(f"{label}: no Triton kernel loaded anything during this call, yet it returned a result: "
                            "this exercise asks for the computation in your own Triton kernel (a result computed "
                            "outside it, with NumPy or plain Python, earns nothing here)")
