@@ -195,10 +195,12 @@ GOOD_ADD = ("import torch\n\ndef add(x, y):\n    out = torch.empty_like(x)\n    
             "    return out\n")
 
 
-def test_a_guarded_check_runs_in_the_worker_and_the_grader_decides():
+def test_a_guarded_check_runs_in_the_worker_and_the_grader_decides(monkeypatch):
     """check_kernel on a learner function: the guard buffers live where the function runs; the report crosses as
     plain data and the grader compares the result with its own expectation (x + y worked out here)."""
     from mlsys.course import checks
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)  # GOOD_ADD has no Triton kernel: refused under the interpreter
 
     rpc = LocalRpc(_learner(GOOD_ADD))
     add = rpc.get("add")
