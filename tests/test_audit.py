@@ -154,6 +154,9 @@ def test_rebinding_a_name_the_course_imported_is_flagged():
     ("T = type(x)\nsetattr(T, 'any', lambda self: False)\n", "patching"),
     ("setattr(find(), name, None)\n", "patching"),
     ("__name__ = 'mlsys.roofline'\n", "imitation"),
+    # the grader's request to the kernel looks up __import__ in the notebook's namespace first
+    ("def __import__(name, *a, **k):\n    return fake\n", "patching"),
+    ("__import__ = fake\n", "patching"),
     # look-ups by name that spell getattr otherwise, and a course module named without its package
     ("import operator\nimport mlsys\nw = operator.attrgetter('course.worker')(mlsys)\n", "dynamic"),
     ("import operator\nimport mlsys\nw = operator.attrgetter('course.worker')(mlsys)\n", "introspection"),

@@ -334,6 +334,15 @@ class Auditor(ast.NodeVisitor):
         self._assigned(node, node.targets)
         self.generic_visit(node)
 
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
+        if node.name.startswith("__") and node.name.endswith("__") and node.col_offset == 0:
+            # a module-level __import__ shadows the builtin for every cell run in this namespace, the grader's
+            # request to the kernel included
+            self.flag(node, "patching", f"defines {node.name} in the notebook's namespace")
+        self.generic_visit(node)
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+
     def visit_ClassDef(self, node: ast.ClassDef) -> None:
         for base in node.bases:
             full = self.origin(_dotted(base)) or ""
@@ -433,6 +442,8 @@ class Auditor(ast.NodeVisitor):
             self.flag(node, "dynamic", f"{node.id} passed as a value (a look-up by name: reduce(getattr, ...))")
         if isinstance(node.ctx, ast.Store) and node.id in ("__name__", "__file__", "__package__", "__module__"):
             self.flag(node, "imitation", f"rebinds {node.id} (code that claims to come from elsewhere)")
+        elif isinstance(node.ctx, ast.Store) and node.id in _LOOKUP_BUILTINS | {"__import__", "__build_class__"}:
+            self.flag(node, "patching", f"rebinds {node.id} in the notebook's namespace")
         if _GET_IPYTHON.search(node.id) or node.id in ("__builtins__", "__loader__", "__spec__"):
             self.flag(node, "introspection", f"get_ipython ({node.id})" if _GET_IPYTHON.search(node.id) else node.id)
         self.generic_visit(node)
