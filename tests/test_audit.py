@@ -91,15 +91,32 @@ def test_honest_code_is_not_flagged(src):
 
 
 def test_cells_left_as_released_and_test_cells_are_not_audited():
-    given = {"cells": [{"cell_type": "code", "source": "import subprocess  # installs in Colab"}]}
+    test = {"nbgrader": {"grade": True, "solution": False, "grade_id": "test_x"}}
+    given = {"cells": [{"cell_type": "code", "source": "import subprocess  # installs in Colab"},
+                       {"cell_type": "code", "metadata": test, "source": "assert f(1) == 2"}]}
     nb = {"cells": [
         {"cell_type": "code", "metadata": {}, "source": "import subprocess  # installs in Colab"},
-        {"cell_type": "code", "metadata": {"nbgrader": {"grade": True, "solution": False}}, "source": "import gc"},
+        {"cell_type": "code", "metadata": test, "source": "import gc"},  # restored by the grader: not audited
         {"cell_type": "code", "metadata": {}, "source": ["import ", "ctypes"]},
     ]}
     flags = audit_notebook(nb, given)
     assert [(f.cell, f.kind) for f in flags] == [(2, "native")]
     assert format_flags(flags) == "native: import ctypes (cell 2, line 1)"
+
+
+def test_a_cell_that_only_says_it_is_a_test_is_audited():
+    """Test metadata with a grade id the release lacks, or a second cell of a test's id, runs as an ordinary cell
+    (teach._normalise_cells), so it is audited; so is a cell whose nbgrader metadata is not a dict."""
+    test = {"nbgrader": {"grade": True, "solution": False, "grade_id": "test_x"}}
+    invented = {"nbgrader": {"grade": True, "solution": False, "grade_id": "test_invented"}}
+    given = {"cells": [{"cell_type": "code", "metadata": test, "source": "assert f(1) == 2"}]}
+    nb = {"cells": [
+        {"cell_type": "code", "metadata": test, "source": "assert f(1) == 2"},
+        {"cell_type": "code", "metadata": test, "source": "import ctypes"},  # the second test_x
+        {"cell_type": "code", "metadata": invented, "source": "import socket"},
+        {"cell_type": "code", "metadata": {"nbgrader": "junk"}, "source": "import signal"},
+    ]}
+    assert [(f.cell, f.kind) for f in audit_notebook(nb, given)] == [(1, "native"), (2, "network"), (3, "process")]
 
 
 @pytest.mark.parametrize("lab", sorted(p.name for p in (LABS / "source").iterdir() if p.is_dir()))
@@ -120,3 +137,46 @@ def test_rebinding_a_name_the_course_imported_is_flagged():
     flags = [f for f in audit_notebook(nb, given) if "rebinds" in f.what]
     assert [(f.cell, f.kind) for f in flags] == [(0, "patching"), (1, "patching")], [str(f) for f in flags]
     assert "rebinds the course's name 'grading' (mlsys.course.grading)" in flags[0].what
+
+
+@pytest.mark.parametrize("src,kind", [
+    # the builtins module without importing it: its __import__ and the get_ipython IPython puts there
+    ("_b = print.__self__\n", "introspection"),
+    ("w = len.__self__.__import__('x')\n", "dynamic"),
+    # a module reached as an attribute of a library module, or named in a string
+    ("import torch\nw = torch.sys.modules['x']\n", "introspection"),
+    ("import numpy as np\nnp.os.system('id')\n", "process"),
+    ("m = modules['mlsys.course.worker']\n", "introspection"),
+    ("m = modules.get('sys')\n", "introspection"),
+    # a course function or a tensor method replaced on an object reached some other way
+    ("w = find()\nw.dispatch_recorder = lambda: None\n", "patching"),
+    ("T = type(x)\nT.copy_ = lambda self, src: self\n", "patching"),
+    ("T = type(x)\nsetattr(T, 'any', lambda self: False)\n", "patching"),
+    ("setattr(find(), name, None)\n", "patching"),
+    ("__name__ = 'mlsys.roofline'\n", "imitation"),
+    # the grader's request to the kernel looks up __import__ in the notebook's namespace first
+    ("def __import__(name, *a, **k):\n    return fake\n", "patching"),
+    ("__import__ = fake\n", "patching"),
+    # look-ups by name that spell getattr otherwise, and a course module named without its package
+    ("import operator\nimport mlsys\nw = operator.attrgetter('course.worker')(mlsys)\n", "dynamic"),
+    ("import operator\nimport mlsys\nw = operator.attrgetter('course.worker')(mlsys)\n", "introspection"),
+    ("from functools import reduce\nimport mlsys\nf = reduce(getattr, ['roofline', 'bound'], mlsys)\n", "dynamic"),
+    ("w = find()\nw.__dict__.update(x=1)\n", "dynamic"),
+    # the grader's own machinery used as a tool: run_isolated forks a process whose work no record sees
+    ("from mlsys.course.grading import run_isolated\n", "introspection"),
+    ("import mlsys\nc = mlsys.course.checks.calls_of(f, 'g')\n", "introspection"),
+    # an IPython event hook on a shell object not named like one, and the profile hook the worker's record uses
+    ("shell = thing()\nshell.events.register('pre_run_cell', f)\n", "introspection"),
+    ("import torch\ntorch.sys.setprofile(None)\n", "introspection"),
+])
+def test_roundabout_ways_to_the_grader_are_flagged(src, kind):
+    assert kind in {f.kind for f in audit_source(src)}, audit_source(src)
+
+
+def test_the_graders_modules_through_a_name_the_course_imported_are_flagged():
+    """A lab's set-up cell imports ``checks`` and ``grading``; an answer that calls ``grading.run_isolated`` uses the
+    grader's machinery (its forked child's work is in no record), one that asks ``mlsys.course.device`` is fine."""
+    course = {"grading": "mlsys.course.grading", "checks": "mlsys.course.checks", "mlsys": "mlsys"}
+    flags = audit_source("out = grading.run_isolated(f, a)\nok = mlsys.course.device.triton_interpreted()\n"
+                         "grading.assert_close(out, a)\nfrom mlsys.course.grading import GradingError\n", 1, course)
+    assert [(f.line, f.kind) for f in flags] == [(1, "introspection")], flags

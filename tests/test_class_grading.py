@@ -65,10 +65,18 @@ def _duplicated_test_cell() -> dict:
 
 def _awkward_corpus(root: Path) -> None:
     """Honest work in awkward shapes: an option-like name, a formula-like name with a duplicated test
-    cell, a notebook saved without its lab folder."""
+    cell, a notebook saved without its lab folder, a lab folder whose one notebook has another name, and one
+    with two notebooks named for nothing (a failed row that names them)."""
     _put(root, "--help", _good())
     _put(root, "=1+2", _duplicated_test_cell())
     _put(root, "loose", _good(), loose=True)
+    folder = root / "submitted" / "fay" / "lab0_tiny"  # the lab folder's one notebook, saved under another name
+    folder.mkdir(parents=True)
+    (folder / "lab0_tiny (1).ipynb").write_text(json.dumps(_good()))
+    folder = root / "submitted" / "gus" / "lab0_tiny"  # two notebooks, neither named for the lab: which one?
+    folder.mkdir(parents=True)
+    for name in ("draft.ipynb", "final.ipynb"):
+        (folder / name).write_text(json.dumps(_good()))
 
 
 def _sandbox_or_skip() -> None:
@@ -190,12 +198,24 @@ def test_plan_gives_every_notebook_a_row(tmp_path):
     (root / "submitted" / "eve").mkdir()
     (root / "submitted" / "eve" / "homework.ipynb").write_text("{}")
     (root / "submitted" / "stray.ipynb").write_text("{}")
+    (root / "submitted" / "fay" / "lab0_tiny").mkdir(parents=True)  # the one notebook of the lab folder, renamed
+    (root / "submitted" / "fay" / "lab0_tiny" / "lab0_tiny (1).ipynb").write_text("{}")
+    os.makedirs(os.path.join(bytes(root / "submitted"), b"g\xffl", b"lab0_tiny"))  # not UTF-8: no CSV can hold it
+    long_name = "x" * 250  # a row file <name>.json would pass the 255 bytes a file name holds
+    _put(root, long_name, _good())
     p = teach.plan(root)
     assert sorted((s.student, s.lab, s.folder is None) for s in p.todo) == [
-        ("-rf", "lab0_tiny", False), ("ann", "lab0_tiny", False), ("loose", "lab0_tiny", True)]
+        ("-rf", "lab0_tiny", False), ("ann", "lab0_tiny", False), ("fay", "lab0_tiny", False),
+        ("loose", "lab0_tiny", True), (long_name, "lab0_tiny", False)]
     assert "without its lab folder" in next(s.note for s in p.todo if s.student == "loose")
+    fay = next(s for s in p.todo if s.student == "fay")
+    assert fay.notebook.name == "lab0_tiny (1).ipynb" and "named 'lab0_tiny (1).ipynb'" in fay.note
     problems = {r.student: r for r in p.problems}
-    assert sorted(problems) == ["cid", "dan", "eve", "stray"]
+    assert sorted(problems) == ["cid", "dan", "eve", "g\\xffl", "stray"]
+    assert "not valid UTF-8" in problems["g\\xffl"].reason
+    store = RowStore(root)
+    store.put(long_name, "lab0_tiny", "k", {"student": long_name})
+    assert store.get(long_name, "lab0_tiny", "k") == {"student": long_name}
     assert all(r.status == "failed" and r.reason for r in problems.values())
     assert "unknown lab 'lab9_missing'" in problems["cid"].reason
     assert "nothing to grade" in problems["dan"].reason
@@ -212,17 +232,20 @@ def _csv_rows(path: Path) -> dict[str, dict]:
 
 
 def _check_awkward_rows(report: dict[str, dict]) -> None:
-    assert sorted(report) == ["'--help", "'=1+2", "loose"]
+    assert sorted(report) == ["'--help", "'=1+2", "fay", "gus", "loose"]
+    gus = report.pop("gus")
+    assert gus["status"] == "failed" and "found draft.ipynb, final.ipynb" in gus["reason"], gus
     for row in report.values():
         assert row["status"] == "ok" and row["correctness_score"] == "3", row
     assert "cell test_double appears 2 times" in report["'=1+2"]["reason"]
     assert "saved without its lab folder" in report["loose"]["reason"]
+    assert "named 'lab0_tiny (1).ipynb'" in report["fay"]["reason"]
 
 
 @pytest.mark.slow
 @pytest.mark.xdist_group("slurm")  # one Slurm node of 2 CPUs: one test at a time
 def test_local_and_slurm_grading_give_the_same_csv(tmp_path):
-    """Three awkward honest submissions graded locally (2 at a time) and as a Slurm job array: the
+    """Five awkward submissions graded locally (2 at a time) and as a Slurm job array: the
     same grades.csv byte for byte, every row graded in full, feedback under the real names. The
     course folder's path has a space and a comma in it, as a teacher's folder may."""
     _sandbox_or_skip()
@@ -235,7 +258,7 @@ def test_local_and_slurm_grading_give_the_same_csv(tmp_path):
                        slurm_options=slurm.SlurmOptions(time="20:00", max_running=2), batch=2)
     assert (local / "grades.csv").read_bytes() == (cluster / "grades.csv").read_bytes()
     _check_awkward_rows(_csv_rows(cluster / "grades.csv"))
-    assert all(r.performance == "graded" and r.performance_score == 1 for r in rows)
+    assert all(r.performance == "graded" and r.performance_score == 1 for r in rows if r.student != "gus")
     for student in ("--help", "=1+2", "loose"):
         assert (cluster / "feedback" / student / "lab0_tiny" / "lab0_tiny.html").is_file()
         assert (cluster / "autograded" / student / "lab0_tiny" / "lab0_tiny.ipynb").is_file()

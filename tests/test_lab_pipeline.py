@@ -187,14 +187,22 @@ def test_committed_releases_are_what_make_release_generates():
 @pytest.mark.parametrize("lab,short", [("lab1_roofline", "lab1"), ("lab2_tiled_matmul", "lab2"), ("lab3_fusion", "lab3")])
 def test_attacks_on_grader_side_test_cells_earn_nothing(lab, short, graded_lab):
     """tests/bad_submissions/<short>/ (make_grader_side.py): a blank release plus an input transformer, hooks, rebound
-    globals, patched course helpers or a result that claims to be a tensor; each row as expected.json says (0)."""
+    globals, patched course helpers or a result that claims to be a tensor (each 0); the instructor's answers with
+    library routines reached where no source check looks (the points of those exercises lost). ``message``: a
+    piece of the test outputs that says why; ``flags``: a piece of the row's flags."""
     _sandbox_or_skip()
     expected = json.loads((Path(__file__).resolve().parent / "bad_submissions" / short / "expected.json").read_text())
-    _, rows = graded_lab(lab)  # graded with the instructor and untouched rows, once per session
+    root, rows = graded_lab(lab)  # graded with the instructor and untouched rows, once per session
     for student, want in expected.items():
         row = rows[student]
         for key, value in want.items():
-            assert getattr(row, key) == value, f"{student}.{key}: expected {value!r}, got {getattr(row, key)!r} ({row})"
+            if key == "message":
+                graded = _nb(root / "autograded" / student / lab / f"{lab}.ipynb")
+                assert value in json.dumps([c.get("outputs", []) for c in graded["cells"]]), f"{student}: no {value!r}"
+            elif key == "flags":
+                assert value in row.flags, f"{student}: expected a {value!r} flag, found {row.flags!r}"
+            else:
+                assert getattr(row, key) == value, f"{student}.{key}: expected {value!r}, got {getattr(row, key)!r} ({row})"
 
 
 @pytest.mark.slow

@@ -72,6 +72,19 @@ def test_no_live_markup_leaves_and_plain_text_stays():
     assert nb["cells"][0]["source"] == "# Lab <b>zero</b>"  # the course's own markdown is left as written
 
 
+def test_the_notebooks_metadata_is_the_courses_and_no_attachment_stays():
+    """Widget state in a submission's metadata makes nbconvert load the widget manager's JavaScript and render the
+    state's HTML; an attachment on any cell is dropped (no course cell uses one)."""
+    nb = _graded()
+    nb["metadata"] = {"widgets": {"application/vnd.jupyter.widget-state+json": {"state": {"w": {
+        "state": {"value": "<img src=x onerror=steal()>"}}}}}, "kernelspec": {"name": "evil"}, "title": "<b>x</b>"}
+    nb["cells"][1]["attachments"] = {"x.svg": {"image/svg+xml": "PHN2Zy8+"}}
+    source = dict(SOURCE, metadata={"kernelspec": {"name": "python3", "display_name": "Python 3"}})
+    clean = sanitize_notebook(nb, source)
+    assert clean["metadata"] == {"kernelspec": {"name": "python3", "display_name": "Python 3"}}
+    assert not any("attachments" in c for c in clean["cells"])
+
+
 @pytest.mark.slow
 def test_feedback_and_autograded_notebook_carry_no_hidden_test_and_no_live_markup(tmp_path):
     """Graded for real (sandbox, nbgrader, feedback): a submission that shows HTML/JS/SVG, writes a hostile
@@ -116,5 +129,5 @@ def test_feedback_and_autograded_notebook_carry_no_hidden_test_and_no_live_marku
         for page in pages:  # the answer's source is shown as (escaped) code; nothing of it is live markup
             html = page.read_text()
             for live in ("<script>document.title", "<svg xmlns=\"http://www.w3.org/2000/svg\" onload",
-                         "<img src=x onerror", "href=\"javascript:"):
+                         "<img src=x onerror", "href=\"javascript:", "pwned-widget", "widget-state+json"):
                 assert live not in html, f"{name}: {live!r} is live in {page.name}"

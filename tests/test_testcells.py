@@ -176,6 +176,9 @@ def test_a_blob_that_is_a_link_is_refused(tmp_path):
     assert not link.exists()
     assert isinstance(proxy.decode({"t": "ndarray", "dtype": "|O", "shape": [1], "blob": "x.bin"}, lambda d: d),
                       proxy.Rejected)
+    # a tensor the worker says is on the "meta" device (a shape, no values) is not a result
+    assert isinstance(proxy.decode({"t": "tensor", "dtype": "float32", "shape": [2], "device": "meta",
+                                    "blob": proxy._blob(b"\x00" * 8)}, lambda d: d), proxy.Rejected)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -192,10 +195,12 @@ GOOD_ADD = ("import torch\n\ndef add(x, y):\n    out = torch.empty_like(x)\n    
             "    return out\n")
 
 
-def test_a_guarded_check_runs_in_the_worker_and_the_grader_decides():
+def test_a_guarded_check_runs_in_the_worker_and_the_grader_decides(monkeypatch):
     """check_kernel on a learner function: the guard buffers live where the function runs; the report crosses as
     plain data and the grader compares the result with its own expectation (x + y worked out here)."""
     from mlsys.course import checks
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)  # GOOD_ADD has no Triton kernel: refused under the interpreter
 
     rpc = LocalRpc(_learner(GOOD_ADD))
     add = rpc.get("add")
@@ -281,11 +286,14 @@ def test_what_a_test_cell_defines_is_kept_for_the_next_but_never_what_it_fetched
     assert only[0]["ename"] == "NameError"  # a course cell's name is never taken from the learner
 
 
-def test_an_in_place_change_by_the_learner_reaches_the_grader_copy():
-    rpc = LocalRpc(_learner("def scale_(a):\n    a *= 2\n    return None\n"))
-    a = np.array([1.0, 2.0])
-    rpc.get("scale_")(a)
-    assert a.tolist() == [2.0, 4.0]
+def test_an_in_place_change_by_the_learner_fails_and_leaves_the_grader_copy():
+    """A function that zeroes its input and returns zeros would otherwise match a reference the test computes after
+    the call from the same array; the change fails the call and the grader's array keeps its values."""
+    rpc = LocalRpc(_learner("import numpy as np\n\ndef zero_(s, v):\n    v[...] = 0\n    return np.zeros(2)\n"))
+    s, v = np.array([1.0, 2.0]), np.array([3.0, 4.0])
+    with pytest.raises(proxy.LearnerCodeError, match="zero_ changed its argument 2 in place"):
+        rpc.get("zero_")(s, v)
+    assert v.tolist() == [3.0, 4.0]
 
 
 def test_calls_of_counts_a_learner_global_inside_the_worker():
@@ -319,3 +327,116 @@ def test_a_triton_config_crosses_as_a_config():
     got = _cross([triton.Config({"BLOCK_M": 64, "BLOCK_N": 32}, num_warps=8, num_stages=3)])
     assert type(got[0]) is triton.Config and got[0].kwargs == {"BLOCK_M": 64, "BLOCK_N": 32}
     assert (got[0].num_warps, got[0].num_stages) == (8, 3)
+
+
+# ------------------------------------------------------------------------------------------------
+# library routines found by what a call ran, however the def reached them (issue 26)
+
+LIBRARY_BEHIND_THE_DEF = '''\
+import math
+
+import mlsys
+import torch
+
+_fsum = vars(math)["fsum"]          # bound outside the def: a source check of `total` sees only `_fsum`
+_flops = {"f": mlsys.roofline.matmul_flops}
+_mm = torch.matmul
+
+
+class _Engine:
+    def run(self, a, b):
+        return _mm(a, b)
+
+
+def _helper(m, n, k):
+    return _flops["f"](m, n, k)
+
+
+def total(xs):
+    return _fsum(xs)
+
+
+def honest_total(xs):
+    s = 0.0
+    for x in xs:
+        s += x
+    return s
+
+
+def counts(m, n, k):
+    return _helper(m, n, k)
+
+
+def mm(a, b):
+    return _Engine().run(a, b)
+
+
+def to_numpy(a, b):
+    return torch.from_numpy(__import__("numpy").asarray(a) + __import__("numpy").asarray(b))
+
+
+def in_python(a, b):
+    return torch.tensor([x + y for x, y in zip(torch.Tensor.tolist(a), b.tolist())])
+'''
+
+
+def test_a_cell_that_renames_its_module_is_still_not_the_course_package():
+    """``__name__ = "mlsys.x"`` in an answer cell makes its functions' globals say they are the course's; the record
+    decides by the file the code came from."""
+    ns = _learner(LIBRARY_BEHIND_THE_DEF)
+    ns["__name__"] = "mlsys.pretend"
+    errors = _run_cell("counts(2, 3, 4)\nassert_no_library_calls(counts, {'mlsys.roofline.*'})", ns)
+    assert len(errors) == 1 and "mlsys.roofline.matmul_flops" in errors[0]["evalue"], errors
+
+
+def test_a_library_routine_handed_to_the_graders_own_helpers_is_still_seen():
+    """checks.calls_of runs the function it is given: a course function entered from the grading machinery counts."""
+    ns = _learner(LIBRARY_BEHIND_THE_DEF + "\n\ndef via_course(m, n, k):\n"
+                  "    from mlsys.course import checks\n"
+                  "    return checks.calls_of(mlsys.roofline.matmul_flops, 'require_count', m, n, k)\n")
+    errors = _run_cell("via_course(2, 3, 4)\nassert_no_library_calls(via_course, {'mlsys.roofline.*'})", ns)
+    assert len(errors) == 1 and "mlsys.roofline.matmul_flops" in errors[0]["evalue"], errors
+
+
+def _run_cell(src: str, ns: dict) -> list[dict]:
+    import ast
+
+    static = {name: (ast.Module(body=[], type_ignores=[]), {}) for name in ns if not name.startswith("_")}
+    course: dict = {}
+    exec("import torch\nfrom mlsys.course.grading import FORBIDDEN_MATMUL, assert_no_library_calls\n", course)  # noqa: S102
+    return [o for o in testcells.run_test_cell(src, course, LocalRpc(ns, static=static)) if o["output_type"] == "error"]
+
+
+@pytest.mark.parametrize("cell,found", [
+    ("total([0.5, 0.25])\nassert_no_library_calls(total, {'numpy.*', 'math.fsum'})", "math.fsum"),
+    ("counts(2, 3, 4)\nassert_no_library_calls(counts, {'mlsys.roofline.*'})", "mlsys.roofline.matmul_flops"),
+    ("mm(torch.ones(2, 2), torch.eye(2))\nassert_no_library_calls(mm, FORBIDDEN_MATMUL)", "aten::mm"),
+    # the check first, the calls after it: checked again when the cell ends
+    ("assert_no_library_calls(mm, FORBIDDEN_MATMUL)\nmm(torch.ones(2, 2), torch.eye(2))", "aten::mm"),
+    ("assert_no_library_calls(to_numpy, FORBIDDEN_MATMUL)\nto_numpy(torch.ones(2), torch.ones(2))", "out of torch"),
+    ("assert_no_library_calls(in_python, FORBIDDEN_MATMUL)\nin_python(torch.ones(2), torch.ones(2))", "out of torch"),
+    # a test lambda that calls the learner's function: what the lambda ran counts for that function
+    ("assert_no_library_calls(mm, FORBIDDEN_MATMUL)\nf = lambda a: mm(a.t(), a)\nf(torch.ones(2, 3))", "aten::mm"),
+])
+def test_a_library_routine_behind_the_def_is_seen_in_what_the_call_ran(cell, found):
+    errors = _run_cell(cell, _learner(LIBRARY_BEHIND_THE_DEF))
+    assert len(errors) == 1 and errors[0]["ename"] == "GradingError" and found in errors[0]["evalue"], errors
+
+
+def test_honest_code_calls_no_forbidden_library_routine():
+    ns = _learner(LIBRARY_BEHIND_THE_DEF)
+    assert _run_cell("assert honest_total([0.5, 0.25]) == 0.75\n"
+                     "assert_no_library_calls(honest_total, {'numpy.*', 'math.fsum'})", ns) == []
+
+
+def test_a_result_made_without_any_triton_kernel_is_refused_under_the_interpreter(monkeypatch):
+    """Under TRITON_INTERPRET=1 every honest launcher's kernel loads its inputs; a right answer computed without a
+    Triton load (torch, NumPy, plain Python) fails check_kernel whatever the op record says."""
+    from mlsys.course import checks
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    pytest.importorskip("triton.runtime.interpreter")
+    x, y = torch.tensor([1.0, 2.0, 3.0]), torch.tensor([10.0, 20.0, 30.0])
+    with pytest.raises(grading.GradingError, match="no Triton kernel loaded anything"):
+        checks.check_kernel(LocalRpc(_learner(GOOD_ADD)).get("add"), (x, y), torch.tensor([11.0, 22.0, 33.0]),
+                            names=("x", "y"), isolate=False)

@@ -78,6 +78,7 @@ _CALL_KIND = {
     "os.walk": "file", "os.listdir": "file", "os.scandir": "file", "os.symlink": "file", "os.link": "file",
     "os.chdir": "file", "sys._getframe": "introspection", "sys.settrace": "introspection",
     "sys.setprofile": "introspection", "sys.addaudithook": "introspection",
+    "operator.attrgetter": "dynamic", "operator.methodcaller": "dynamic",  # getattr by a string, spelled otherwise
 }
 _STREAMS = ("torch.cuda.Stream", "torch.cuda.stream", "torch.cuda.set_stream", "torch.cuda.ExternalStream",
             "torch.Stream", "torch.cuda.graphs", "torch.cuda.CUDAGraph", "torch.cuda.graph")
@@ -92,7 +93,24 @@ _SUSPECT_ATTRS = {
     "register_magic_function": "introspection", "display_formatter": "introspection", "excepthook": "patching",
     "showtraceback": "patching", "run_cell": "patching", "user_ns": "introspection", "InteractiveShell": "introspection",
     "_get_backend": "introspection",  # a process group's backend object: collectives the dispatcher never sees
+    "__self__": "introspection",  # print.__self__ is the builtins module: __import__, get_ipython without a name
+    "__import__": "dynamic", "__loader__": "introspection", "__spec__": "introspection",
+    "setprofile": "introspection", "settrace": "introspection", "getprofile": "introspection",
+    "gettrace": "introspection", "co_filename": "introspection", "co_qualname": "introspection",
 }
+_LEARNER_COURSE_MODULES = frozenset({"device", "claims"})
+_LEARNER_COURSE_NAMES = frozenset({"GradingError", "assert_close", "assert_quantity_close", "assert_finite", "award",
+                                   "performance_tier", "NOT_GRADED", "has_cuda", "Points"})
+"""Parts of ``mlsys.course`` an answer may use: the device switch, ``claims.check``, and the checks a learner runs
+on its own results (``grading.assert_close``); the rest is the grader's own machinery, which runs code elsewhere
+(``run_isolated`` and the guarded checks fork a process whose work no record sees) or makes the evidence the
+grader reads (the worker, the dispatch recorder)."""
+_LOOKUP_BUILTINS = frozenset({"getattr", "setattr", "delattr", "vars", "eval", "exec", "__import__", "globals", "compile"})
+_COURSE_INTERNALS = re.compile(r"(^|\.)(worker|cellrunner|testcells|proxy|trusted|perfworker|perfwire|watchdog|sandbox)$")
+_REACHED_MODULES = frozenset({"sys", "os", "builtins", "importlib", "subprocess", "ctypes", "inspect", "gc", "threading",
+                              "signal", "atexit", "socket", "multiprocessing", "IPython", "ipykernel", "types"})
+"""Modules whose name as a string, or as an attribute of a library module (``torch.sys``, ``np.os``), reaches
+what an import of them would: flagged with the kind the import gets."""
 _IMITATION_DUNDERS = {
     "__module__", "__class__", "__qualname__", "__torch_function__", "__torch_dispatch__", "__array__",
     "__array_ufunc__", "__array_function__", "__array_interface__", "__instancecheck__", "__subclasscheck__",
@@ -150,6 +168,34 @@ def _suspect_path(node: ast.AST) -> bool:
     return False
 
 
+_PATCHABLE: list[frozenset[str]] = []
+_COURSE_MODULES = ("worker", "checks", "grading", "proxy", "testcells", "cellrunner", "perfworker", "perfwire",
+                   "trusted", "watchdog", "sanitize", "audit", "teach", "sandbox")
+
+
+def _patchable_names() -> frozenset[str]:
+    """Functions and classes of the course's grading modules and torch.Tensor's methods: assigning an attribute of
+    one of these names, on any object, is what replacing them looks like."""
+    if not _PATCHABLE:
+        import importlib
+
+        names: set[str] = set()
+        for mod in _COURSE_MODULES:
+            try:
+                m = importlib.import_module(f"mlsys.course.{mod}")
+            except Exception:  # noqa: BLE001 - a module this machine cannot import (no torch): its names are not needed
+                continue
+            names |= {n for n, v in vars(m).items() if callable(v) and len(n) > 3 and not n.startswith("__")}
+        try:
+            import torch
+
+            names |= {n for n in dir(torch.Tensor) if callable(getattr(torch.Tensor, n, None)) and not n.startswith("__")}
+        except Exception:  # noqa: BLE001 - no torch here
+            pass
+        _PATCHABLE.append(frozenset(names))
+    return _PATCHABLE[0]
+
+
 def _module_kind(mod: str) -> str | None:
     """The flag kind of importing ``mod``: None when the allowlist admits it."""
     for key in sorted(_PRIVATE_PARTS, key=len, reverse=True):
@@ -172,6 +218,7 @@ class Auditor(ast.NodeVisitor):
         self.course_names = course_names or {}  # names the course's own cells import -> what they name
         self.flags: list[Flag] = []
         self.aliases: dict[str, str] = {}  # local name -> dotted origin (a module or an object in one)
+        self._called: set[int] = set()  # the func nodes of calls (set by run)
 
     # -- helpers
     def flag(self, node: ast.AST, kind: str, what: str) -> None:
@@ -192,6 +239,7 @@ class Auditor(ast.NodeVisitor):
                 or (isinstance(node, ast.Name) and node.id in self.aliases))
 
     def run(self, tree: ast.AST) -> list[Flag]:
+        self._called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
         for node in ast.walk(tree):  # aliases first: a later import still names what an earlier line used
             if isinstance(node, ast.Import):
                 for a in node.names:
@@ -245,6 +293,8 @@ class Auditor(ast.NodeVisitor):
             sub = _module_kind(f"{mod}.{a.name}") if not kind else None
             if sub:
                 self.flag(node, sub, f"import {mod}.{a.name}")
+            elif not kind and self.grader_module(f"{mod}.{a.name}"):
+                self.flag(node, "introspection", f"imports the grader's {self.grader_module(f'{mod}.{a.name}')}")
             if _GET_IPYTHON.search(a.name):
                 self.flag(node, "introspection", f"get_ipython (as {mod}.{a.name})")
         self.generic_visit(node)
@@ -252,11 +302,16 @@ class Auditor(ast.NodeVisitor):
     def _assigned(self, node: ast.AST, targets: list[ast.AST]) -> None:
         for t in targets:
             for sub in ast.walk(t):
-                if isinstance(sub, ast.Attribute):
+                if isinstance(sub, ast.Attribute) and isinstance(sub.ctx, (ast.Store, ast.Del)):
                     full = self.origin(_dotted(sub))
                     head = (full or "").split(".")[0]
                     if full and (head in ALLOWED_MODULES or head in _MODULE_KIND or full.startswith("__builtins__")):
                         self.flag(node, "patching", f"assignment to {full}")
+                    elif head not in ("self", "cls") and sub.attr in _patchable_names():
+                        # a course or torch function replaced on an object reached some other way (a module from
+                        # sys.modules or print.__self__, type(tensor)): the name says what it replaces
+                        self.flag(node, "patching", f"assignment to {full or '...'} (replaces the course's or "
+                                                    f"torch's {sub.attr})")
                 elif isinstance(sub, ast.Subscript):
                     full = self.origin(_dotted(sub.value))
                     if full in ("sys.modules", "__builtins__", "builtins.__dict__", "globals()") or (
@@ -278,6 +333,15 @@ class Auditor(ast.NodeVisitor):
     def visit_Delete(self, node: ast.Delete) -> None:
         self._assigned(node, node.targets)
         self.generic_visit(node)
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
+        if node.name.startswith("__") and node.name.endswith("__") and node.col_offset == 0:
+            # a module-level __import__ shadows the builtin for every cell run in this namespace, the grader's
+            # request to the kernel included
+            self.flag(node, "patching", f"defines {node.name} in the notebook's namespace")
+        self.generic_visit(node)
+
+    visit_AsyncFunctionDef = visit_FunctionDef
 
     def visit_ClassDef(self, node: ast.ClassDef) -> None:
         for base in node.bases:
@@ -324,7 +388,11 @@ class Auditor(ast.NodeVisitor):
                     self.flag(node, "dynamic", f"{short}({_dotted(target) or '...'}, ...) on a module or object")
             if kind:
                 if short in ("setattr", "delattr") and node.args and not self.is_library(node.args[0]):
-                    kind = None
+                    # on an object of the learner's own: flagged only where the name replaces a course function or a
+                    # tensor method (setattr(type(x), "any", ...)), or is not written out
+                    attr = node.args[1] if len(node.args) > 1 else None
+                    if isinstance(attr, ast.Constant) and str(attr.value) not in _patchable_names():
+                        kind = None
                 if kind:
                     self.flag(node, kind, f"{name}()")
             elif short in ("open", "read_text", "read_bytes", "write_text", "write_bytes", "Path", "glob", "rglob",
@@ -332,22 +400,50 @@ class Auditor(ast.NodeVisitor):
                 self.flag(node, "file", f"{name}() outside the working folder")
             elif name.startswith("sys.modules") and short in ("pop", "update", "clear", "setdefault", "__setitem__"):
                 self.flag(node, "patching", f"{name}()")
+            if name.endswith((".events.register", ".events.unregister")):
+                self.flag(node, "introspection", f"{name}() (an IPython event hook)")
         self.generic_visit(node)
+
+    def grader_module(self, dotted: str | None) -> str | None:
+        """The course's grading module that ``dotted`` reaches (through an import of this cell or of the course's
+        cells: ``checks.run_isolated`` where a course cell imported ``checks``), if it is not a learner's tool."""
+        if not dotted:
+            return None
+        head, _, rest = dotted.partition(".")
+        base = self.aliases.get(head) or self.course_names.get(head) or head
+        full = f"{base}.{rest}" if rest else base
+        parts = full.split(".")
+        if parts[:2] != ["mlsys", "course"] or len(parts) < 3 or parts[2] in _LEARNER_COURSE_MODULES:
+            return None
+        if parts[2] in ("grading", "checks") and (len(parts) == 3 or parts[3] in _LEARNER_COURSE_NAMES):
+            return None  # the module itself, and the checks a learner may run on its own results
+        return ".".join(parts[:4])
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
         full = self.origin(_dotted(node)) or ""
+        grader = self.grader_module(_dotted(node)) if isinstance(node.ctx, ast.Load) else None
+        if grader and (isinstance(node.value, ast.Name) or self.grader_module(_dotted(node.value)) is None):  # once a chain
+            self.flag(node, "introspection", f"uses the grader's module {grader} ({_dotted(node)})")
         kind = _SUSPECT_ATTRS.get(node.attr)
         if _GET_IPYTHON.search(node.attr):
             self.flag(node, "introspection", f"get_ipython ({full or node.attr})")
-        elif kind and (node.attr != "__dict__" or self.is_library(node.value)):
+        elif kind and (node.attr != "__dict__" or not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))):
             self.flag(node, kind, f"uses {full or node.attr}")
         elif full.startswith("torch._C.") and not full.startswith("torch._C._nn"):
             self.flag(node, "introspection", f"private {full}")
+        elif node.attr in _REACHED_MODULES and self.is_library(node.value):
+            self.flag(node, _module_kind(node.attr) or "introspection", f"reaches {node.attr} through {full}")
         elif node.attr == "events" and "ipython" in full.lower():
             self.flag(node, "introspection", f"uses {full}")
         self.generic_visit(node)
 
     def visit_Name(self, node: ast.Name) -> None:
+        if isinstance(node.ctx, ast.Load) and node.id in _LOOKUP_BUILTINS and id(node) not in self._called:
+            self.flag(node, "dynamic", f"{node.id} passed as a value (a look-up by name: reduce(getattr, ...))")
+        if isinstance(node.ctx, ast.Store) and node.id in ("__name__", "__file__", "__package__", "__module__"):
+            self.flag(node, "imitation", f"rebinds {node.id} (code that claims to come from elsewhere)")
+        elif isinstance(node.ctx, ast.Store) and node.id in _LOOKUP_BUILTINS | {"__import__", "__build_class__"}:
+            self.flag(node, "patching", f"rebinds {node.id} in the notebook's namespace")
         if _GET_IPYTHON.search(node.id) or node.id in ("__builtins__", "__loader__", "__spec__"):
             self.flag(node, "introspection", f"get_ipython ({node.id})" if _GET_IPYTHON.search(node.id) else node.id)
         self.generic_visit(node)
@@ -355,6 +451,9 @@ class Auditor(ast.NodeVisitor):
     def visit_Constant(self, node: ast.Constant) -> None:
         if isinstance(node.value, str) and len(node.value) < 200 and _IPYTHON_TEXT.search(node.value):
             self.flag(node, "introspection", f"get_ipython (in the string {node.value[:40]!r})")
+        elif isinstance(node.value, str) and (node.value in _REACHED_MODULES or _COURSE_INTERNALS.search(node.value) or (
+                node.value.startswith("mlsys.course.") and _module_kind(node.value))):
+            self.flag(node, "introspection" if _COURSE_INTERNALS.search(node.value) else (_module_kind(node.value) or "introspection"), f"names the module {node.value!r} in a string")
 
     def visit_BinOp(self, node: ast.BinOp) -> None:
         text = _folded(node)  # 'get_' + 'ipython': the pieces of a name spelled apart
@@ -380,7 +479,7 @@ def course_names(nb: dict[str, Any] | None) -> dict[str, str]:
     """Names the course's code cells of a released notebook bind by import, with what each names."""
     names: dict[str, str] = {}
     for cell in (nb or {}).get("cells", []):
-        meta = cell.get("metadata", {}).get("nbgrader", {}) or {}
+        meta = _nbgrader(cell)
         if cell.get("cell_type") != "code" or meta.get("solution") or meta.get("grade"):
             continue
         try:
@@ -434,13 +533,25 @@ def _text(cell: dict[str, Any]) -> str:
     return ("".join(src) if isinstance(src, list) else str(src)).strip()
 
 
+def _nbgrader(cell: dict[str, Any]) -> dict[str, Any]:
+    """A cell's nbgrader metadata, or {} where a submission holds something else there."""
+    meta = cell.get("metadata")
+    nbg = meta.get("nbgrader") if isinstance(meta, dict) else None
+    return nbg if isinstance(nbg, dict) else {}
+
+
 def audit_notebook(nb: dict[str, Any], given: dict[str, Any] | None = None) -> list[Flag]:
     """Flags for every code cell of ``nb`` except autograded test cells (which the grader restores).
 
     ``given`` (the released notebook) lists cells the course wrote: a cell left exactly as released
-    (e.g. the set-up cell that pip-installs in Colab) is not audited.
+    (e.g. the set-up cell that pip-installs in Colab) is not audited, and a cell is a test cell only if the
+    release has a test cell of its grade id and it is the first of that id (what :func:`mlsys.course.teach.
+    _normalise_cells` grades): a cell that only *says* it is a test (an invented or repeated grade id) runs as
+    an ordinary cell and is audited like one.
     """
     released = {_text(c) for c in (given or {}).get("cells", []) if c.get("cell_type") == "code"}
+    tests = {str(_nbgrader(c).get("grade_id")) for c in (given or {}).get("cells", []) if is_autograded(_nbgrader(c))}
+    seen: set[str] = set()
     names = course_names(given)
     flags: list[Flag] = []
     code_index = -1
@@ -448,7 +559,11 @@ def audit_notebook(nb: dict[str, Any], given: dict[str, Any] | None = None) -> l
         if cell.get("cell_type") != "code":
             continue
         code_index += 1
-        if is_autograded(cell.get("metadata", {}).get("nbgrader")):
+        meta = _nbgrader(cell)
+        gid = str(meta.get("grade_id"))
+        first = gid not in seen
+        seen.add(gid)
+        if is_autograded(meta) and (given is None or (gid in tests and first)):
             continue
         if _text(cell) in released:
             continue

@@ -366,6 +366,7 @@ class GuardReport:
     reads: dict[str, int] = field(default_factory=dict)
     sizes: dict[str, int] = field(default_factory=dict)
     descriptions: dict[str, list[str]] = field(default_factory=dict)
+    kernel_loads: int = -1  # load instructions Triton kernels issued during the call (-1: not counted here)
 
     def problems(self) -> list[str]:
         out = []
@@ -428,6 +429,7 @@ def _inspect(label: str, guards: Sequence[Guarded], tracker: Tracker | None, res
                 rep.unwritten[g.name] = (n, g.view.numel(), where)
         rep.sizes[g.name] = g.view.numel()
         if tracker is not None and tracker.active:
+            rep.kernel_loads = tracker.load_instructions
             rep.reads[g.name] = tracker.reads.get(g.name, 0)
             if tracker.guard_loads.get(g.name):
                 rep.bad_loads[g.name] = tracker.guard_loads[g.name][:1000]
@@ -640,6 +642,11 @@ def check_kernel(fn: Callable[..., Any], inputs: Sequence[Any], expected: Any, *
     if result is None:
         raise GradingError(f"{label}: expected a tensor, found None (did the function forget to return?)")
     torch = _torch()
+    # a result that no Triton load produced (one element, as a 1 x 1 softmax's, may fairly be written without one)
+    if out["tracked"] and rep.kernel_loads == 0 and type(result) is torch.Tensor and result.numel() > 1:
+        raise GradingError(f"{label}: no Triton kernel loaded anything during this call, yet it returned a result: "
+                           "this exercise asks for the computation in your own Triton kernel (a result computed "
+                           "outside it, with NumPy or plain Python, earns nothing here)")
     if isinstance(result, torch.Tensor) and result.is_floating_point():
         bad = ~torch.isfinite(result.float())
         if bool(bad.any()):

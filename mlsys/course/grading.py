@@ -418,6 +418,7 @@ def assert_no_library_calls(fn: Callable[..., Any], forbidden: Iterable[str] = F
     from .proxy import RemoteFunction
 
     if isinstance(fn, RemoteFunction):  # a test cell in the grader process: the function lives in the worker
+        PENDING.append((fn, forbidden, name or fn.__name__))  # checked again over every call when the cell ends
         _check_dispatched_ops(fn, forbidden, name or fn.__name__)
         static = object.__getattribute__(fn, "__dict__").get("static")
         if static is None:
@@ -512,16 +513,57 @@ def forbidden_ops(forbidden: Iterable[str]) -> tuple[frozenset[str], bool]:
     return frozenset(pats), "torch.*" in forbidden
 
 
-def _check_dispatched_ops(fn: Any, forbidden: Iterable[str], label: str) -> None:
-    """Refuse a library routine seen in the operations ``fn``'s calls dispatched (recorded by the worker)."""
+PENDING: list[tuple[Any, frozenset[str], str]] = []
+"""``assert_no_library_calls`` applied to a learner function in a test cell run by the grader: (handle,
+forbidden, label). :func:`recheck_library_calls` checks each again when the cell ends, over every call of that
+function the cell made, before or after the assert (a check placed first in a cell sees no call yet)."""
+
+"""Recorded calls that take a tensor's data out of torch, where what happens to it is not recorded."""
+
+
+def _python_patterns(forbidden: Iterable[str]) -> list[str]:
+    """The patterns of ``forbidden`` that name Python-level library functions outside torch (``mlsys.roofline.*``,
+    ``numpy.*``, ``math.fsum``): matched against the worker's ``py:`` records (torch is in the dispatcher's)."""
+    return [p for p in forbidden if not p.startswith((".", "@", "*")) and p.partition(".")[0] != "torch"]
+
+
+def _check_dispatched_ops(fn: Any, forbidden: Iterable[str], label: str, extra: Iterable[str] = ()) -> None:
+    """Refuse a library routine seen in what ``fn``'s calls ran (recorded by the worker): a dispatched torch
+    operation, or a library function its own code called (``py:`` records)."""
+    from .proxy import RECORD_OVERFLOW, TO_NUMPY
+
     pats, every = forbidden_ops(forbidden)
-    for op in sorted(fn.ops):
+    python = _python_patterns(forbidden)
+    for op in sorted({*fn.ops, *extra}):
+        if op.startswith("py:"):
+            hit = next((p for p in python if fnmatch.fnmatchcase(op[3:], p)), None)
+            what = f"called the library function {op[3:]} (not allowed here: {hit})"
+            if hit is None and op == TO_NUMPY and any(p.startswith("numpy") for p in python):
+                hit, what = op, ("took a tensor's data out of torch (Tensor.numpy, Tensor.tolist or numpy.asarray) to "
+                                 "compute with it")
+            if hit is None and op == RECORD_OVERFLOW and python:
+                hit, what = op, "called more library functions than the grader's record holds"
+            if hit is not None:
+                raise GradingError(f"{label}: this exercise asks you to implement the computation yourself, but running "
+                                   f"it {what}; write it without library routines")
+            continue
         bad = any(fnmatch.fnmatchcase(op, p) for p in pats)
         if every and op.startswith("aten::") and not any(fnmatch.fnmatchcase(op, p) for p in _ALLOWED_OPS):
             bad = True
         if bad:
             raise GradingError(f"{label}: this exercise asks you to implement the computation yourself, but running "
                                f"it dispatched the library operation {op}; write it without library routines")
+
+
+def recheck_library_calls(lambdas: Iterable[tuple[frozenset[str], Any]] = ()) -> None:
+    """At the end of a test cell run by the grader: each :data:`PENDING` check again, over every call of its
+    function the cell made, and the calls of the cell's lambdas that name that function (``lambda a, b:
+    tiled_matmul(a.t(), b.t())`` runs in the learner's kernel, so its record is the lambda's). Clears it."""
+    pending = list(PENDING)
+    PENDING.clear()
+    for fn, forbidden, label in pending:
+        extra = {op for names, lam in lambdas if fn.__name__ in names for op in getattr(lam, "ops", ())}
+        _check_dispatched_ops(fn, forbidden, label, extra)
 
 
 # ----------------------------------------------------------------------------------------------

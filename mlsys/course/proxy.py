@@ -51,6 +51,12 @@ as its bytes and is rebuilt inside zero-filled memory of that many extra element
 MAX_PAD = 1 << 20
 
 
+RECORD_OVERFLOW = "py:(more library functions than the record holds)"
+"""In a call's record (:class:`mlsys.course.worker.CallRecorder`): too many library functions were called to list."""
+TO_NUMPY = "py:torch.Tensor.numpy"
+"""In a call's record: a tensor's data taken out of torch (``.numpy()``, ``.tolist()``, ``numpy.asarray``), where
+what is done with it is no longer recorded."""
+
 HARNESS = [0]
 """Above 0 while the course's checks do their own torch work inside a learner's call (allocating guard buffers
 for what it allocates, mapping the addresses its loads touch): the worker's op record leaves those out."""
@@ -188,6 +194,8 @@ def decode(d: Any, ref: Callable[[dict[str, Any]], Any], depth: int = 0) -> Any:
         flat = torch.frombuffer(raw, dtype=torch.uint8) if raw else torch.empty(0, dtype=torch.uint8)
         out = flat.view(dtype).reshape(shape) if raw else torch.empty(shape, dtype=dtype)
         device = d.get("device", "cpu")
+        if device not in ("cpu", "cuda"):  # a "meta" tensor has a shape and no values: never a result
+            return Rejected(f"a tensor on device {str(device)[:20]!r}")
         out = out.clone() if device == "cpu" else out.to(device)
         pad = d.get("pad")
         return zero_padded(out, pad) if type(pad) is int and 0 < pad <= MAX_PAD else out

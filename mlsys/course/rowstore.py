@@ -57,6 +57,8 @@ class RowStore:
         for name in (student, lab):
             if not name or "/" in name or name in (".", "..") or "\0" in name:
                 raise ValueError(f"not a usable folder name: {name!r}")
+        if len(f"{student}.json".encode("utf-8", "surrogateescape")) > 240:  # a file name holds 255 bytes at most
+            student = "~" + hashlib.sha256(student.encode("utf-8", "surrogateescape")).hexdigest()
         return self.dir / lab / f"{student}.json"
 
     def get(self, student: str, lab: str, key: str) -> dict[str, Any] | None:

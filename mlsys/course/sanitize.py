@@ -14,7 +14,9 @@ notebook:
   any other MIME type are dropped (with a plain-text note where nothing else was left), output and
   cell metadata that a renderer reads are cleared, and markdown or raw cells the course did not
   write (not found verbatim in the instructor notebook) are escaped into plain text, so the
-  feedback page and nbgrader's formgrader show what was written instead of running it.
+  feedback page and nbgrader's formgrader show what was written instead of running it; cell
+  attachments are dropped and the notebook's metadata is the instructor's (a submission's widget
+  state would make nbconvert load the widget manager's JavaScript and render that state live).
 
 Plain text is kept: a learner sees their prints, their values and their error messages.
 """
@@ -115,8 +117,13 @@ def sanitize_notebook(nb: dict[str, Any], source_nb: dict[str, Any]) -> dict[str
             cell.pop("attachments", None)
             cell.pop("outputs", None)
             cell.pop("execution_count", None)
+        cell.pop("attachments", None)  # an attachment is shown only where Markdown names it: the course's never do
         meta = cell.get("metadata", {}) or {}
         cell["metadata"] = {k: meta[k] for k in ("nbgrader", "deletable", "editable", "tags") if k in meta}
+    # the notebook's own metadata is the course's: a submission's ``widgets`` state makes nbconvert load the widget
+    # manager's JavaScript and render the state's HTML live on the page
+    course_meta = source_nb.get("metadata", {}) or {}
+    nb["metadata"] = {k: course_meta[k] for k in ("kernelspec", "language_info") if k in course_meta}
     return nb
 
 

@@ -327,7 +327,7 @@ def _validate_submission(path: Path) -> str | None:
     import nbformat
 
     try:
-        with warnings.catch_warnings():  # duplicated cell ids are repaired on our copy (_dedupe_grade_ids)
+        with warnings.catch_warnings():  # duplicated cell ids are repaired on our copy (_normalise_cells)
             warnings.simplefilter("ignore")
             nb = nbformat.read(path, as_version=4)
     except Exception as exc:  # any parse failure is reported, not raised
@@ -430,34 +430,74 @@ def _annotate_feedback(html: Path, row: Row) -> None:
     html.write_text(text, encoding="utf-8")
 
 
+def printable_name(name: str) -> str:
+    """``name`` (a folder name, bytes that are not UTF-8 held as surrogates) with such bytes as ``\\xNN``."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
 def _nbgrader_id(student: str) -> str:
     """The id nbgrader sees for a student: never the folder name itself, so that names starting with
     ``-`` (read as an option), spaces or other odd characters cannot break or steer nbgrader."""
     return "s" + hashlib.sha256(student.encode("utf-8", "surrogateescape")).hexdigest()[:16]
 
 
-def _dedupe_grade_ids(path: Path) -> list[str]:
-    """Keep the first cell of each nbgrader grade id in the (scratch copy of the) notebook; later
-    copies (a test cell the learner duplicated) become ordinary cells. Returns a note per duplicate."""
+def _normalise_cells(path: Path, source_nb: dict[str, Any]) -> list[str]:
+    """Make the (scratch copy of the) submission's nbgrader cells the instructor's: returns a note per change.
+
+    nbgrader trusts a submission's cell metadata, and a changed one stops it with a traceback (a cell that says
+    it is graded but has a grade id the lab does not know) or makes it grade the wrong thing (an answer cell
+    marked as a test). So: the first cell of each grade id gets the instructor's nbgrader metadata for that id;
+    a later copy of it (a duplicated cell), a grade id the lab does not have (a renamed or invented cell) and
+    nbgrader metadata without a grade id become ordinary cells, which run but earn nothing."""
+    known: dict[str, dict[str, Any]] = {}
+    for cell in source_nb.get("cells", []):
+        meta = (cell.get("metadata", {}) or {}).get("nbgrader")
+        if isinstance(meta, dict) and meta.get("grade_id"):
+            known.setdefault(str(meta["grade_id"]), meta)
     nb = json.loads(path.read_text(encoding="utf-8"))
     seen: dict[str, int] = {}
+    unknown: list[str] = []
+    restored: list[str] = []
     ids: set[str] = set()
+    changed = False
     for cell in nb.get("cells", []):
-        meta = cell.get("metadata", {})
-        gid = meta.get("nbgrader", {}).get("grade_id") if isinstance(meta.get("nbgrader"), dict) else None
-        if gid:
-            seen[gid] = seen.get(gid, 0) + 1
-            if seen[gid] > 1:
+        meta = cell.get("metadata")
+        if not isinstance(meta, dict):
+            cell["metadata"] = meta = {}
+            changed = True
+        nbg = meta.get("nbgrader")
+        if nbg is not None:
+            gid = nbg.get("grade_id") if isinstance(nbg, dict) else None
+            gid = gid if isinstance(gid, str) and gid else None
+            if gid is not None:
+                seen[gid] = seen.get(gid, 0) + 1
+            if gid is None or gid not in known or seen[gid] > 1:
+                if gid is not None and gid not in known:
+                    unknown.append(gid)
                 meta.pop("nbgrader")
+                changed = True
+            elif nbg != known[gid]:
+                if any(nbg.get(k) != known[gid].get(k) for k in ("grade", "solution", "points", "task")):
+                    restored.append(gid)
+                meta["nbgrader"] = dict(known[gid])
+                changed = True
         if "id" in cell:  # nbformat 4.5 cell ids must be unique too
             while cell["id"] in ids:
                 cell["id"] = f"{cell['id']}-copy"[:64]
+                changed = True
             ids.add(cell["id"])
-    dups = {g: n for g, n in seen.items() if n > 1}
-    if dups:
+    if changed:
         path.write_text(json.dumps(nb, indent=1, ensure_ascii=False), encoding="utf-8")
-    return [f"cell {g} appears {n} times in the submission (a duplicated cell?): the first copy was graded, "
-            f"the others ran as ordinary cells" for g, n in sorted(dups.items())]
+    notes = [f"cell {g} appears {n} times in the submission (a duplicated cell?): the first copy was graded, "
+             f"the others ran as ordinary cells" for g, n in sorted(seen.items()) if n > 1]
+    if unknown:
+        shown = ", ".join(repr(g[:40]) for g in sorted(set(unknown))[:5])
+        notes.append(f"cell(s) {shown} are not cells of this lab (a renamed or added cell?): they ran as ordinary "
+                     "cells and earn nothing (the lab's test cells are graded as the course wrote them)")
+    if restored:
+        notes.append(f"the grading settings of cell(s) {', '.join(repr(g[:40]) for g in restored[:5])} were changed in "
+                     "the submission (a test marked as an answer, or the reverse?): the course's were used")
+    return notes
 
 
 def _grade_one(sub: Submission, prep: _Prepared, work: Path, root: Path, *, timeout: float, extra: list[str],
@@ -473,7 +513,10 @@ def _grade_one(sub: Submission, prep: _Prepared, work: Path, root: Path, *, time
     _zero(row)
     nb_path = sub.notebook
     if nb_path.is_symlink() or not nb_path.is_file():
-        return _finish(_failed(row, f"no notebook: expected {student}/{lab}/{lab}.ipynb (a regular file)"))
+        found = sorted(printable_name(q.name) for q in sub.folder.glob("*.ipynb")) if sub.folder is not None else []
+        also = f"; found {', '.join(found[:5])}: rename the one to grade" if found else ""
+        return _finish(_failed(row, f"no notebook: expected {printable_name(student)}/{lab}/{lab}.ipynb (a regular "
+                                    f"file){also}"))
     bad = _validate_submission(nb_path)
     if bad:
         return _finish(_failed(row, bad))
@@ -494,10 +537,12 @@ def _grade_one(sub: Submission, prep: _Prepared, work: Path, root: Path, *, time
     dest = course / "submitted" / sid / lab
     if sub.folder is not None:
         shutil.copytree(sub.folder, dest, ignore=_no_links)
+        if nb_path.name != f"{lab}.ipynb":  # the folder's one notebook, under another name (see plan)
+            shutil.copy2(nb_path, dest / f"{lab}.ipynb")
     else:  # a notebook saved without its lab folder: graded on its own
         dest.mkdir(parents=True)
         shutil.copy2(nb_path, dest / f"{lab}.ipynb")
-    row.notes.extend(_dedupe_grade_ids(dest / f"{lab}.ipynb"))
+    row.notes.extend(_normalise_cells(dest / f"{lab}.ipynb", source_nb))
     db = f"sqlite:///{course / 'gradebook.db'}"
     if verbose:
         print(f"grading {student}/{lab} ...", flush=True)
@@ -666,6 +711,12 @@ def plan(root: Path | None = None, *, submitted: Path | None = None, labs: list[
                                               f"folder: {expected}")
             continue
         student, any_work = entry.name, False
+        shown = printable_name(student)
+        if shown != student:  # bytes that are not UTF-8: no report, row file or terminal can hold the name as it is
+            if not labs:
+                problem(shown, "(none)", "the folder name is not valid UTF-8 (shown here with \\x escapes): rename "
+                                         f"the folder and grade again; {expected}")
+            continue
         for child in sorted(entry.iterdir()):
             if child.is_symlink():
                 continue
@@ -679,7 +730,12 @@ def plan(root: Path | None = None, *, submitted: Path | None = None, labs: list[
                 if lab not in known:
                     problem(student, lab, f"unknown lab {lab!r}; expected one of {known}")
                     continue
-                found.append(Submission(student, lab, child / f"{lab}.ipynb", child))
+                nb, note = child / f"{lab}.ipynb", ""
+                others = sorted(q for q in child.glob("*.ipynb") if q.is_file() and not q.is_symlink())
+                if not nb.exists() and len(others) == 1:  # "lab1 (1).ipynb", as a browser saves a second download
+                    nb, note = others[0], (f"the notebook is named {printable_name(others[0].name)!r}; graded as "
+                                           f"{lab} (expected {lab}/{lab}.ipynb)")
+                found.append(Submission(student, lab, nb, child, note=note))
             elif child.suffix == ".ipynb":
                 any_work = True
                 lab = child.stem

@@ -86,6 +86,7 @@ class Rpc:
     def __init__(self, client: Any, nbformat: Any, *, static: dict[str, Any] | None = None) -> None:
         self.client, self.nbformat = client, nbformat
         self.static = static or {}  # name -> (ast.Module of its def, scope) for grading.assert_no_library_calls
+        self.lambdas: list[tuple[frozenset[str], proxy.RemoteFunction]] = []  # this test cell's (see make_lambda)
 
     def _request(self, req: dict[str, Any]) -> dict[str, Any]:
         rid = secrets.token_hex(8)
@@ -147,40 +148,39 @@ class Rpc:
         reply = self._request(req)
         fn.ops.update(str(op) for op in reply.get("ops", []))
         result = self._out(reply, fn.__name__)
-        _write_back(args, reply.get("changed"), self._ref, offset=1 if helper is not None else 0)
+        _refuse_in_place(fn.__name__, args, reply.get("changed"), offset=1 if helper is not None else 0)
         for r in _remote_functions(result):  # a function the call returned: its calls count for this one too
             object.__setattr__(r, "ops", fn.ops)
         return result
 
 
     def make_lambda(self, source: str) -> proxy.RemoteFunction:
-        """A test cell's lambda, evaluated in the worker beside the learner's functions (it calls them there)."""
+        """A test cell's lambda, evaluated in the worker beside the learner's functions (it calls them there).
+        Kept in :attr:`lambdas` with the names it uses: what its calls ran counts for those functions too."""
         value = self._out(self._request({"op": "lambda", "source": source}), "a lambda of the test")
         if not isinstance(value, proxy.RemoteFunction):
             raise proxy.LearnerCodeError("the notebook's kernel did not answer the grader with a function")
         object.__setattr__(value, "__name__", "<lambda>")
+        tree = _parse(source)
+        names = frozenset(n.id for n in ast.walk(tree) if isinstance(n, ast.Name)) if tree is not None else frozenset()
+        self.lambdas.append((names, value))
         return value
 
 
-def _write_back(args: tuple, changed: Any, ref: Any, offset: int) -> None:
-    """A call that changed an array or tensor argument in place changes the grader's copy the same way."""
+def _refuse_in_place(name: str, args: tuple, changed: Any, offset: int) -> None:
+    """A call that changed an array or tensor argument in place fails the test, and the grader's copy stays as it was.
+
+    Writing the change back would let a function steer the test's own values: a test that computes its reference
+    after the call, from the same arrays (``assert_close(f(s, v), reference(s, v))``), would compare with a
+    reference the function chose (it zeroes ``v`` and returns zeros). Every function a test calls here must leave
+    its arguments unchanged (a launcher reads its inputs; ``online_update`` returns new arrays)."""
     if not isinstance(changed, dict):
         return
-    import sys
-
-    torch, np = sys.modules.get("torch"), sys.modules.get("numpy")
-    for key, enc in changed.items():
-        i = int(key) - offset if str(key).isdigit() else -1
-        if not 0 <= i < len(args):
-            continue
-        orig, new = args[i], proxy.decode(enc, ref)
-        if torch is not None and type(orig) is torch.Tensor and type(new) is torch.Tensor \
-                and new.shape == orig.shape and new.dtype == orig.dtype:
-            with torch.no_grad():
-                orig.copy_(new.to(orig.device))
-        elif np is not None and type(orig) is np.ndarray and type(new) is np.ndarray \
-                and new.shape == orig.shape and new.dtype == orig.dtype and orig.flags.writeable:
-            orig[...] = new
+    which = sorted(int(k) - offset + 1 for k in changed if str(k).isdigit() and 0 <= int(k) - offset < len(args))
+    if which:
+        raise proxy.LearnerCodeError(
+            f"{name} changed its argument{'s' if len(which) > 1 else ''} {', '.join(map(str, which))} in place; it must "
+            "leave its arguments unchanged and return new values (the test's own copies were not changed)")
 
 
 def _remote_functions(x: Any, depth: int = 0) -> list[proxy.RemoteFunction]:
@@ -274,10 +274,15 @@ def run_test_cell(source: str, course: dict[str, Any], rpc: Rpc, *, grader_only:
 
     What the cell defines is kept in ``course`` for the cells after it, as in a notebook (a reference
     defined by one test cell and used by the next); what it fetched from the learner is not."""
+    from . import grading
+
     ns = GraderNamespace(course, rpc, grader_only - learner_names, learner_names)
     out, err = io.StringIO(), io.StringIO()
     outputs: list[dict[str, Any]] = []
     value: Any = None
+    grading.PENDING.clear()
+    lambdas = getattr(rpc, "lambdas", [])
+    lambdas.clear()
     try:
         tree = ast.parse(source, filename)
         tree = ast.fix_missing_locations(_WorkerLambdas(_bound_names(tree)).visit(tree))
@@ -286,6 +291,7 @@ def run_test_cell(source: str, course: dict[str, Any], rpc: Rpc, *, grader_only:
             exec(compile(tree, filename, "exec"), ns)  # noqa: S102 - the course's own test code
             if last is not None:
                 value = eval(compile(ast.Expression(last.value), filename, "eval"), ns)  # noqa: S307
+            grading.recheck_library_calls(lambdas)  # every call the cell made, not only those before the check
     except BaseException as exc:  # noqa: BLE001 - every failure is the cell's outcome
         outputs.append(_error(exc))
     finally:

@@ -246,6 +246,159 @@ def ring_allreduce(tensor):
     return tensor
 '''
 
+LAB1_LIBRARY = '''\
+# the course's own formulas (forbidden in these exercises) reached where a source check of the def cannot see
+# them: a table bound outside the def, a method of a learner class, a helper function
+import mlsys.layers
+
+_formula = {"flops": mlsys.roofline.matmul_flops, "bytes": mlsys.roofline.matmul_bytes}
+
+
+class _Layers:
+    def count(self, kind, rows, cols, dtype):
+        k = getattr(mlsys.layers, kind)(rows, cols, dtype)
+        return k.flops, k.bytes
+
+
+def matmul_counts(m, n, k, dtype):
+    return _formula["flops"](m, n, k), _formula["bytes"](m, n, k, dtype)
+
+
+def add_counts(numel, dtype):
+    return Q_(numel, "FLOP"), (3 * numel * itemsize(dtype)).to("byte")
+
+
+def sum_counts(numel, dtype):
+    return Q_(numel - 1, "FLOP"), ((numel + 1) * itemsize(dtype)).to("byte")
+
+
+def layernorm_counts(rows, hidden, dtype):
+    return _Layers().count("layer_norm", rows, hidden, dtype)
+
+
+def softmax_counts(rows, cols, dtype):
+    return _Layers().count("softmax", rows, cols, dtype)
+
+
+def intensity(flops, nbytes):
+    return (flops / nbytes).to("FLOP/byte")
+'''
+
+LAB1_CLASSIFY_LIBRARY = '''\
+def _bound(i, name, dtype):
+    return mlsys.roofline.bound(i, name, dtype)
+
+
+def classify(intensity_value, names, dtype):
+    return {name: _bound(intensity_value, name, dtype) for name in names}
+'''
+
+LAB2_LIBRARY = {
+    "naive_kernel": '''\
+_mm = torch.matmul  # bound outside the def: a source check of naive_matmul sees only `_mm`
+
+
+@triton.jit
+def _touch(a_ptr, b_ptr, n, BLOCK: tl.constexpr):  # a token Triton load, so that "a kernel ran"
+    offs = tl.arange(0, BLOCK)
+    tl.load(a_ptr + offs, mask=offs < n)
+    tl.load(b_ptr + offs, mask=offs < n)
+
+
+def naive_matmul(a, b, block_k=32):
+    M, N, K, c = matmul_operands(a, b)
+    _touch[(1,)](a, b, 1, BLOCK=16)
+    c.copy_(_mm(a.float(), b.float()).to(c.dtype))
+    return c
+''',
+    "tiled_kernel": '''\
+class _Engine:  # a learner class whose method calls the library
+    def run(self, a, b):
+        return torch.matmul(a.float(), b.float())
+
+
+_engine = _Engine()
+
+
+def tiled_matmul(a, b, block_m=32, block_n=32, block_k=32, num_warps=4):
+    M, N, K, c = matmul_operands(a, b)
+    c.copy_(_engine.run(a, b).to(c.dtype))
+    return c
+''',
+}
+
+LAB3_LIBRARY = {
+    "fused_elementwise": '''\
+import numpy as _np
+
+
+def fused_relu_affine(x, scale=0.5, shift=1.0):
+    # the work done in NumPy, outside torch's dispatcher and outside any Triton kernel
+    out = torch.empty_like(x)
+    out.copy_(torch.from_numpy(_np.maximum(_np.asarray(x), 0) * scale + shift))
+    return out
+''',
+    "fused_softmax": '''\
+_softmax = torch.softmax  # bound outside the def
+
+
+def fused_softmax(x):
+    return _softmax(x.float(), dim=-1).to(x.dtype)
+''',
+}
+
+LAB5_ZEROES_INPUTS = '''\
+import numpy as np
+
+
+def online_update(m, l, acc, s_blk, v_blk):
+    return m, l, acc  # no online softmax at all
+
+
+def streamed_attention(s, v, block):
+    for start in range(0, s.shape[1], block):  # one call per block, as the streaming check counts them
+        online_update(None, None, None, s[:, start:start + block], v[start:start + block])
+    v[...] = 0.0  # the test's reference, softmax(s) @ v, is computed after this call from the same v: now 0
+    return np.zeros((s.shape[0], v.shape[1]))
+'''
+
+LAB2_RECORD_OFF = '''\
+# the worker's record switched off from the learner's own kernel (the builtins module through print.__self__, no
+# import to flag), a library matmul behind an alias, and a Triton kernel that loads a few elements so that a
+# Triton load happened: the residue of evidence made in the learner's process, which only the audit can catch
+_b = print.__self__
+_worker = _b.__import__("mlsys.course.worker", fromlist=["CallRecorder"])
+
+
+class _Quiet:
+    def __init__(self):
+        self.ops = set()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return None
+
+
+_worker._recorder = _Quiet
+_mm = torch.matmul
+
+
+@triton.jit
+def _touch(a_ptr, b_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.load(a_ptr + offs, mask=offs < n)
+    tl.load(b_ptr + offs, mask=offs < n)
+
+
+def naive_matmul(a, b, block_k=32):
+    M, N, K, c = matmul_operands(a, b)
+    _touch[(1,)](a, b, 1, BLOCK=16)
+    c.copy_(_mm(a.float(), b.float()).to(c.dtype))
+    return c
+'''
+
 CASES = {  # (lab, short, case): ({grade_id of an answer cell: its new source}, points), expected row: 0 of them
     ("lab1_roofline", "lab1", "input_transformer"): ({"FIRST": TRANSFORMER}, 11),
     ("lab2_tiled_matmul", "lab2", "hooks_and_helpers"): ({"add_kernel": HOOKS_AND_HELPERS, "tile_report": WRONG_TILE_REPORT}, 14),
@@ -257,13 +410,30 @@ CASES = {  # (lab, short, case): ({grade_id of an answer cell: its new source}, 
 }
 
 ANSWERED = {  # (lab, short, case): ({grade_id: new source}, expected row): the other answers are the instructor's
+    # library routines reached where no source check looks: caught by what the calls ran (the worker's record),
+    # checked when the test cell ends, whether the cell's assert_no_library_calls comes before or after the calls
+    ("lab1_roofline", "lab1", "library_alias"): (
+        {"counts": LAB1_LIBRARY, "classify": LAB1_CLASSIFY_LIBRARY},
+        {"status": "ok", "correctness_score": 5, "correctness_max": 11, "message": "not allowed here: mlsys.roofline.*"}),
+    ("lab2_tiled_matmul", "lab2", "library_alias"): (
+        LAB2_LIBRARY, {"status": "ok", "correctness_score": 7, "correctness_max": 14, "message": "aten::mm"}),
+    ("lab3_fusion", "lab3", "library_alias"): (
+        LAB3_LIBRARY, {"status": "ok", "correctness_score": 4, "correctness_max": 14,
+                       "message": "no Triton kernel loaded anything"}),
     ("lab4_collectives", "lab4", "world_group_allreduce"): (
         {"ring": LAB4_WORLD_GROUP},
         {"status": "ok", "correctness_score": 11, "correctness_max": 17, "message": "allreduce"}),
     ("lab4_collectives", "lab4", "patched_checks"): (
         {"ring": LAB4_PATCHED_CHECKS},
         {"status": "ok", "correctness_score": 11, "correctness_max": 17, "message": "sent and received nothing"}),
+    # changes its input in place so that the reference a test computes afterwards from it matches a cheap output:
+    # the call fails (it was written back into the grader's copy, which bought 5 of 7 online-softmax points)
+    ("lab5_attention", "lab5", "zeroes_its_inputs"): (
+        {"online_softmax": LAB5_ZEROES_INPUTS}, {"status": "ok", "correctness_score": 12, "correctness_max": 19}),
     # not prevented (the evidence is made in the learner's kernel): the audit's flag is the teacher's warning
+    ("lab2_tiled_matmul", "lab2", "record_switched_off"): (
+        {"naive_kernel": LAB2_RECORD_OFF},
+        {"status": "ok", "correctness_score": 14, "correctness_max": 14, "flags": "patching"}),
     ("lab4_collectives", "lab4", "forged_ring_report"): (
         {"ring": LAB4_FORGED_REPORT},
         {"status": "ok", "correctness_score": 17, "correctness_max": 17, "flags": "patching"}),

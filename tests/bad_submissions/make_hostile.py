@@ -366,7 +366,25 @@ make("markup_and_leak", DOUBLE, extra=MARKUP)
 _nb = json.loads((C / "markup_and_leak.nb.json").read_text())
 _nb["cells"].insert(1, {"cell_type": "markdown", "id": "markup-md", "metadata": {},
                         "source": "My notes <img src=x onerror=\"document.title='pwned-md'\"> [link](javascript:alert(1))"})
+# widget state in the notebook's metadata: nbconvert would load the widget manager's JavaScript and render it live
+_nb["metadata"]["widgets"] = {"application/vnd.jupyter.widget-state+json": {"version_major": 2, "version_minor": 0, "state": {
+    "w1": {"model_name": "HTMLModel", "model_module": "@jupyter-widgets/controls", "model_module_version": "2.0.0",
+           "state": {"value": "<img src=x onerror=\"document.title='pwned-widget'\">"}}}}}
 (C / "markup_and_leak.nb.json").write_text(json.dumps(_nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
+
+# ---- issue 26: cells that only say they are tests. An invented grade id on hostile code (the audit skipped test
+# cells by their own metadata, and nbgrader stopped with a traceback on the unknown id), and the answer cell
+# marked as a test worth 5 points: both run as the course says (an ordinary cell, an answer), the first audited.
+FAKE_TEST = "import socket  # audited: a cell is a test only if the lab has that test\nsocket.gethostname()\n"
+make("fake_test_cells", DOUBLE, extra=FAKE_TEST)
+_nb = json.loads((C / "fake_test_cells.nb.json").read_text())
+for _cell in _nb["cells"]:
+    if _cell.get("id") == "fake_test_cells-extra":
+        _cell["metadata"] = {"nbgrader": {"grade": True, "grade_id": "test_bonus", "locked": True, "points": 10,
+                                          "schema_version": 3, "solution": False, "task": False}}
+    elif _cell["metadata"].get("nbgrader", {}).get("grade_id") == "double":
+        _cell["metadata"]["nbgrader"].update(grade=True, solution=False, points=5)
+(C / "fake_test_cells.nb.json").write_text(json.dumps(_nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
 
 # ---- issue 25: attacks on the performance verdict
 
