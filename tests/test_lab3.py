@@ -320,15 +320,16 @@ def test_softmax_that_reads_its_row_twice_is_caught():
 @pytest.mark.parametrize("lab", ["lab3_fusion"])  # graded_lab's worker group (tests/conftest.py)
 def test_grading_a_kernel_cell_that_calls_torch_ops(lab, graded_lab):
     """Graded by nbgrader through mlsys.course.teach: a submission whose launchers call PyTorch's ops instead
-    of the Triton kernels loses those two tests (4 + 4 points) and keeps the others:
-    2 (predict) + 2 (count kernels) + 2 (stable softmax) = 6 of 14. It is the student ``torch_ops`` of the
+    of the Triton kernels loses those two tests (4 + 4 points) and the stable-softmax test, whose calls the
+    library check now covers when the cell ends (2 points: its softmax is ``torch.softmax``), and keeps
+    2 (predict) + 2 (count kernels) = 4 of 14. It is the student ``torch_ops`` of the
     lab's one graded course (tests/conftest.py's EDITED: the instructor notebook with ``fused_elementwise``
     and ``fused_softmax`` answered by ``torch.relu(x) * scale + shift`` and ``torch.softmax(x, dim=-1)``);
     the instructor version and the untouched release beside it are checked by the pipeline's own tests."""
     _, rows = graded_lab(lab)
     row = rows["torch_ops"]
     assert row.status == "ok" and row.correctness_max == 14, row
-    assert row.correctness_score == 6, row
+    assert row.correctness_score == 4, row
     if not grading.has_cuda():
         assert row.performance == "not graded (no GPU)", row
 
