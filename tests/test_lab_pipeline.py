@@ -313,7 +313,9 @@ def test_bad_submission_corpus(tmp_path, shard):
             assert "cell double timed out" in row.reason, f"{name}: {row}"
     changed = [str(p) for p, data in guarded.items() if not p.is_file() or p.read_bytes() != data]
     assert not changed, f"grading changed files outside its output folders: {changed[:5]}"
-    assert not live_processes_with("31337"), "a process started by a submission outlived grading"
+    if "background_process" in expected:  # its processes carry the marker; another shard grading at the same
+        # time may be running it inside its own sandbox still, so only the shard that graded it looks
+        assert not live_processes_with("31337"), "a process started by a submission outlived grading"
     if "enormous_output" in expected:  # the enormous output was cut down in what is handed back
         big = root / "autograded" / "enormous_output" / "lab0_tiny" / "lab0_tiny.ipynb"
         assert big.stat().st_size < 500_000
