@@ -35,8 +35,8 @@ process (the *verdict process*) never executes an answer cell (``docs/GRADING_PE
 the trust model):
 
 1. it starts two workers (:mod:`mlsys.course.perfworker`): a *baseline* worker that never sees an
-   answer cell, and a *learner* worker that gets the answer cells only after the baseline has been
-   measured once, clean;
+   answer cell, and a *learner* worker that runs the answer cells while the baseline worker starts up;
+   the baseline is measured only with the learner's processes stopped;
 2. each checked call gets inputs drawn from seeds the verdict process chose (new storage, new
    values); the worker returns exact ``torch.Tensor`` results as raw bytes
    (:mod:`mlsys.course.perfwire`), which are compared with the verdict's own reference, every call;
@@ -848,9 +848,9 @@ class _Prepared:
 
 
 def _prepare(v: _Verdict, base_worker: Any, case: PerfCase) -> _Prepared:
-    """The reference, and the baseline measured in a worker that never saw an answer cell, before
-    the learner's worker exists: no learner code can slow these rounds down, and the baseline used
-    is the fastest of them all (a slower one measured later, under interference, cannot raise it)."""
+    """The reference, and the baseline measured in a worker that never saw an answer cell, while the
+    learner's processes are stopped (:func:`run_job`): no learner code can slow these rounds down, and the
+    baseline used is the fastest of them all (a slower one measured later, under interference, cannot raise it)."""
     from .perfworker import make_inputs
 
     torch = v.torch
@@ -1167,35 +1167,41 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
     verdicts: dict[str, Any] = {}
     notes: list[str] = []
     try:
-        # the workers start torch while this process starts its own: the three start-ups overlap
+        # Every start-up overlaps: the workers start torch while this process starts its own, and the answer
+        # cells run while the clean workers pay their CUDA and profiler start-up (nothing of those is timed).
+        # The baseline is measured only once the cells have ended, with the learner's processes stopped.
         base = _workers("baseline", fake, world)
         workers.append(base)
-        learner = _workers("learner", fake, world)  # it gets the answer cells only after the baseline is measured
+        learner = _workers("learner", fake, world)
         workers.append(learner)
         base.send({"op": "setup", "cells": [], "fake": fake})
+        learner.send({"op": "setup", "cells": cells, "fake": fake, "cell_timeout": float(job.get("cell_timeout") or 600)})
         v = _Verdict(fake, deadline)
         replayer = None
-        if _replay_here(v.cuda, world):  # started now: its start-up overlaps the baseline's and the cells
+        if _replay_here(v.cuda, world):
             replayer = _workers("replay", fake, 1)
             workers.append(replayer)
             replayer.send({"op": "setup", "cells": [], "fake": fake})
         lap("verdict_start")
         base.recv(deadline)
         lap("baseline_worker_start")
-        prepared = {}
-        for c in cases:
-            try:
-                prepared[c.grade_id] = _prepare(v, base, c)
-            except Exception as exc:  # the grader's own failure: no credit, say why
-                verdicts[c.grade_id] = _verdict(c, 0.0, f"refused: grading failed: {type(exc).__name__}: {exc}", [])
-        lap("baseline_prepare")
-        learner.send({"op": "setup", "cells": cells, "fake": fake, "cell_timeout": float(job.get("cell_timeout") or 600)})
         head, _ = learner.recv(deadline)
         lap("learner_cells")
         if isinstance(head.get("cells_s"), (int, float)):
             phases["learner_cells_own_s"] = round(float(head["cells_s"]), 3)
         notes = [str(n) for n in head.get("notes", [])][:50]
         names = triton_kernel_names(cells)
+        prepared = {}
+        learner.pause(True)  # whatever the cells left running sleeps while the baseline is measured
+        try:
+            for c in cases:
+                try:
+                    prepared[c.grade_id] = _prepare(v, base, c)
+                except Exception as exc:  # the grader's own failure: no credit, say why
+                    verdicts[c.grade_id] = _verdict(c, 0.0, f"refused: grading failed: {type(exc).__name__}: {exc}", [])
+        finally:
+            learner.pause(False)
+        lap("baseline_prepare")
         if replayer is not None:
             replayer.recv(deadline)
         for gid, prep in prepared.items():
