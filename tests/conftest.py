@@ -78,6 +78,8 @@ CORPORA = {"lab1_roofline": "lab1", "lab2_tiled_matmul": "lab2", "lab3_fusion": 
 # Submissions made from the instructor notebook by replacing the solution region of the named cells
 # (so they follow the lab as it changes), graded in the same course: {lab: {student: {grade_id: code}}}.
 EDITED = {
+    # a roof typed from a datasheet instead of measured: only the grader's own measurement can tell (issue 26)
+    "lab1_roofline": {"typed_roof": {"measure": 'my_roof = Roof(Q_(989, "TFLOP/s"), Q_(3.35, "TB/s"), "datasheet")'}},
     # launchers that call PyTorch's ops instead of the Triton kernels (tests/test_lab3.py checks the row)
     "lab3_fusion": {"torch_ops": {"fused_elementwise": "out = torch.relu(x) * scale + shift",
                                   "fused_softmax": "out = torch.softmax(x, dim=-1)"}},

@@ -144,9 +144,55 @@ def test_no_performance_tier_grades_pytorch_instead_of_the_learner():
     assert not [gid for gid in _cells() if gid.startswith("perf_")]
 
 
-def test_the_gpu_dtype_is_one_the_gpu_supports():
+def test_the_gpu_dtype_is_one_the_gpu_supports(monkeypatch):
+    import torch
+
+    from mlsys.bench import micro
+
+    assert "micro.roof_dtype(device)" in _cells()["measure"]
+    assert micro.roof_dtype("cpu") == "fp32"
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)  # a T4 or V100
+    assert micro.roof_dtype("cuda") == "fp16"
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    assert micro.roof_dtype("cuda") == "bf16"
+
+
+TYPED_ROOF = 'my_roof = Roof(Q_(989, "TFLOP/s"), Q_(3.35, "TB/s"), "H100 SXM datasheet")\n'
+
+
+def _measure_with(body: str) -> str:
     src = _cells()["measure"]
-    assert "torch.cuda.is_bf16_supported()" in src and '"fp16"' in src
+    begin = src.index("### BEGIN SOLUTION")
+    end = src.index("### END SOLUTION\n") + len("### END SOLUTION\n")
+    return src[:begin] + body + src[end:]
+
+
+def test_a_typed_roof_passes_the_visible_test_and_fails_the_grader_measurement():
+    # the visible test range-checks units only; the hidden part measures the grading machine again
+    ns = run("measure", {"measure": _measure_with(TYPED_ROOF)})
+    visible = _cells()["test_measured_roof"].split("### BEGIN HIDDEN TESTS")[0]
+    exec(compile(visible, "<visible>", "exec"), ns)
+    with pytest.raises(GradingError, match="measured again here, on the grading machine"):
+        exec(compile(_cells()["test_measured_roof"], "<lab1 cell test_measured_roof>", "exec"), ns)
+
+
+def test_roof_check_bounds_against_this_machine():
+    # the grader's own figures, taken here, bound what it accepts: 3x faster or 20x slower is refused
+    import dataclasses
+
+    from mlsys import Q_
+    from mlsys.bench import micro
+    from mlsys.course.checks import check_roof_measured_here
+    from mlsys.roofline import Roof
+
+    sizes = dataclasses.replace(micro.sizes_for("cpu", quick=True), sustain_s=0.0)
+    peak = micro.matmul_throughput("cpu", sizes, "fp32")["value"]
+    bw = micro.copy_bandwidth("cpu", sizes)["value"]
+    check_roof_measured_here(Roof(Q_(peak, "FLOP/s"), Q_(bw, "byte/s"), "measured"))
+    with pytest.raises(GradingError, match="peak"):  # 30x: beyond 3x even if the machine were 10x busier now
+        check_roof_measured_here(Roof(Q_(30 * peak, "FLOP/s"), Q_(bw, "byte/s"), "typed"))
+    with pytest.raises(GradingError, match="memory bandwidth"):
+        check_roof_measured_here(Roof(Q_(peak, "FLOP/s"), Q_(bw / 1000, "byte/s"), "typed"))
 
 
 def test_macs_cost_only_the_matmul_counts_exercise():

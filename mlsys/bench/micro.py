@@ -21,7 +21,7 @@ from ..numerics import itemsize
 from ..roofline import matmul_flops
 from .timing import Timing, time_fn
 
-__all__ = ["Skip", "Sizes", "sizes_for", "copy_bandwidth", "read_bandwidth", "matmul_throughput",
+__all__ = ["Skip", "Sizes", "sizes_for", "roof_dtype", "copy_bandwidth", "read_bandwidth", "matmul_throughput",
            "launch_eager", "launch_triton", "launch_graph", "kernel_latency", "h2d_copy", "MICROBENCHMARKS"]
 
 
@@ -57,6 +57,14 @@ def _torch() -> Any:
     import torch
 
     return torch
+
+
+def roof_dtype(device: str) -> str:
+    """The matmul dtype of a quick roof on ``device``: ``"fp32"`` on a CPU (torch has no fast fp16 matmul
+    there); on a GPU ``"bf16"``, or ``"fp16"`` where bf16 is not supported (a T4 or V100)."""
+    if device != "cuda":
+        return "fp32"
+    return "bf16" if _torch().cuda.is_bf16_supported() else "fp16"
 
 
 def _figure(value: float, unit: str, method: str, size: str, timing: Timing, **extra: Any) -> dict[str, Any]:

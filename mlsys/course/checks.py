@@ -68,6 +68,7 @@ __all__ = [
     "accumulation_probe",
     "check_accumulation",
     "assert_plausible_rate",
+    "check_roof_measured_here",
     "check_chain_arities",
     "explain_exception",
     "check_rate_arithmetic",
@@ -741,6 +742,50 @@ def assert_plausible_rate(label: str, claimed: Any, flops: Any, seconds_now: flo
         raise GradingError(
             f"{label}: your achieved rate is {value:.4g} FLOP/s but timing it again here gives {now:.4g} FLOP/s, "
             f"{ratio:.3g} times that{hint}; divide the FLOPs by the median time in seconds (t.median)")
+
+
+def check_roof_measured_here(roof: Any, *, faster: float = 3.0, slower: float = 20.0) -> None:
+    """Fail unless ``roof`` (a :class:`mlsys.roofline.Roof`) is this machine's, measured.
+
+    The grader measures the same two figures again, here, with :mod:`mlsys.bench.micro` at its quick sizes
+    (copy bandwidth; matmul throughput in :func:`mlsys.bench.micro.roof_dtype`), on this process's device.
+    A roof more than ``faster`` times faster than that measurement is not this machine's (typed in, taken
+    from a datasheet or another machine); one more than ``slower`` times slower is refused too. The bounds are
+    loose on the slow side because a busy machine slows a measurement, never speeds it up (the learner's ran
+    at another moment than the grader's); the grader keeps the faster of two measurements before it refuses.
+    """
+    import dataclasses
+
+    from ..bench import micro
+    from ..runtime.device import default_device
+
+    device = default_device()
+    dtype = micro.roof_dtype(device)
+    sizes = dataclasses.replace(micro.sizes_for(device, quick=True), sustain_s=0.0)
+
+    def measured() -> tuple[float, float]:
+        return (micro.matmul_throughput(device, sizes, dtype)["value"], micro.copy_bandwidth(device, sizes)["value"])
+
+    claimed = (roof.peak.to("FLOP/s").magnitude, roof.bandwidth.to("byte/s").magnitude)
+    names = (f"peak ({dtype} matmul)", "memory bandwidth (copy)")
+    units = (("TFLOP/s", 1e12), ("GB/s", 1e9))
+
+    def off(here: tuple[float, float]) -> list[int]:
+        return [i for i in range(2) if not (here[i] / slower <= claimed[i] <= here[i] * faster)]
+
+    here = measured()
+    if off(here):
+        again = measured()
+        here = (max(here[0], again[0]), max(here[1], again[1]))
+    bad = off(here)
+    if bad:
+        i = bad[0]
+        unit, scale = units[i]
+        raise GradingError(
+            f"your roof's {names[i]} is {claimed[i] / scale:.4g} {unit}, but measured again here, on the grading "
+            f"machine ({device}), it is {here[i] / scale:.4g} {unit} ({claimed[i] / here[i]:.3g} times that): "
+            "build my_roof from what mlsys.bench.micro measures in this notebook, not from typed numbers, a "
+            "datasheet or another machine")
 
 
 def check_rate_arithmetic(label: str, claimed: Any, flops: Any, timing: Any) -> None:
