@@ -467,13 +467,18 @@ class _ProcWorker:
         except OSError:
             pass
 
-    def close(self) -> None:
+    def kill(self) -> None:
+        """SIGKILL the worker's session without waiting (a CUDA context takes a moment to tear down: the
+        verdict kills every worker first, then waits for them all in :meth:`close`)."""
         import signal
 
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except OSError:
             pass
+
+    def close(self) -> None:
+        self.kill()
         self.proc.wait()
         if self.shm is not None:
             try:
@@ -555,6 +560,10 @@ class _RankGroup:
     def pause(self, stop: bool) -> None:
         for w in self.ranks:
             w.pause(stop)
+
+    def kill(self) -> None:
+        for w in self.ranks:
+            w.kill()
 
     def close(self) -> None:
         for w in self.ranks:
@@ -1224,6 +1233,8 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
                     replayer.recv(deadline)
                 learner.recv(deadline)
     finally:
+        for w in workers:  # all at once: their CUDA contexts tear down in parallel
+            w.kill()
         for w in workers:
             w.close()
     return {"verdicts": verdicts, "notes": notes, "fake": fake, "phases_s": phases}
