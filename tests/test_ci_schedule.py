@@ -43,3 +43,12 @@ def test_longest_units_go_first_and_fast_tests_last():
              Item("test_lab_pipeline.py::test_bad_submission_corpus", slow=True)]
     ordered = [i.originalname for i in sorted(items, key=_order)]
     assert ordered == ["test_x", "test_bad_submission_corpus", "test_slow", "test_fast"]
+
+
+def test_make_test_keeps_the_order_conftest_gives():
+    """xdist's load-group scheduling sorts the work units by their number of tests unless told not to, which
+    sends a short group of three tests before a long one of two: `make test` must pass --no-loadscope-reorder."""
+    recipe = re.search(r"^test: .*\n((?:\t.*\n)+)", (TESTS.parent / "Makefile").read_text(encoding="utf-8"), re.M)
+    assert recipe, "no test target in the Makefile"
+    pytest_line = next(line for line in recipe.group(1).splitlines() if "pytest" in line)
+    assert "--dist loadgroup" in pytest_line and "--no-loadscope-reorder" in pytest_line, pytest_line

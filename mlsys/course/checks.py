@@ -1374,7 +1374,13 @@ def _dp_rank(step_fn: Callable[..., Any], x: Any, y: Any, seed: int) -> dict[str
 
 
 def worker_dp_runs(step_fn: Callable[..., Any], p: int, x: Any, y: Any, seed: int, *, timeout: float = 60.0) -> dict[str, Any]:
-    """Worker-side half of :func:`check_dp`: ``step_fn`` on ``p`` ranks, each given the whole batch ``x, y``."""
+    """Worker-side half of :func:`check_dp`: ``step_fn`` on ``p`` ranks, each given the whole batch ``x, y``.
+
+    Dynamo is imported here, once, before the ranks fork: DDP's constructor reads a Dynamo setting, and
+    that import cost 2-3 s of CPU in every rank (9 ranks for the lab's three world sizes, about 20 CPU-s per
+    graded notebook; the import starts no thread, so the ranks still fork cleanly)."""
+    import torch._dynamo  # noqa: F401 - inherited by the forked ranks
+
     return _launched(_dp_rank, int(p), step_fn, x, y, int(seed), timeout=float(timeout))
 
 
