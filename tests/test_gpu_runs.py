@@ -28,7 +28,8 @@ def _expected(name: str) -> float | None:
 DEVICES = {"nvidia-h200": "NVIDIA H200", "nvidia-h100": "NVIDIA H100 80GB HBM3"}
 """The devices runs were recorded on (file name -> the name in the run's provenance). Runs are numbered across
 devices: runs 1-9 on one H200 (2026-11-25/26), runs 10-12 on one H100 of a two-GPU machine (2026-11-27), the
-first runs of the replayed timed rounds (mlsys.course.replay), runs 13 and 17 on one H100, runs 14-16 on one H200 (2026-11-27/28)."""
+first runs of the replayed timed rounds (mlsys.course.replay), runs 13 and 17 on one H100, runs 14-16 on one H200
+(2026-11-27/28)."""
 
 KNOWN_MISSES: dict[tuple[str, int, str], str] = {}
 """Instructor gradings below full credit in the judged run, each with what it was: stated here so that the test
@@ -123,9 +124,9 @@ def test_lab2_grading_time_is_within_1_3x_of_the_old_in_process_timer():
     side (each ``time`` step grades the instructor's cells with the verdict process, then with the module of
     commit 4203854 on its own spec). The first step of a run compiles every kernel (cold caches, paid by the new
     process only: the old one runs second), so the warm steps after it are the ones judged: every warm pair of
-    every run since the answer cells overlap the workers' start-up (f725e23: runs 13, 16 and 17), on both GPUs. Run 13
-    (H100): 1.24x and 1.18x; run 16 (H200): 1.14x and 1.31x; run 17 (H100): 1.25x and 0.98x. Their median is held to 1.3x and each pair to 1.35x
-    (the old module's own time varied 16.3-18.9 s warm between steps of one run)."""
+    every run since the answer cells overlap the workers' start-up (f725e23: runs 13, 16 and 17), on both GPUs.
+    Run 13 (H100): 1.24x and 1.18x; run 16 (H200): 1.14x and 1.31x; run 17 (H100): 1.25x and 0.98x. Their median
+    is held to 1.3x and each pair to 1.35x (the old module's own warm time varied 16.3-21.4 s between steps)."""
     ratios = []
     for n, run in _runs():
         steps = [run["steps"][k] for k in sorted(k for k in run["steps"] if k.startswith("time"))]

@@ -14,14 +14,14 @@ A matmul of ``m n k`` does ``2 m n k`` FLOPs (:func:`mlsys.roofline.matmul_flops
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..numerics import itemsize
 from ..roofline import matmul_flops
 from .timing import Timing, time_fn
 
-__all__ = ["Skip", "Sizes", "sizes_for", "roof_dtype", "copy_bandwidth", "read_bandwidth", "matmul_throughput",
+__all__ = ["Skip", "Sizes", "sizes_for", "roof_dtype", "quick_roof", "copy_bandwidth", "read_bandwidth", "matmul_throughput",
            "launch_eager", "launch_triton", "launch_graph", "kernel_latency", "h2d_copy", "MICROBENCHMARKS"]
 
 
@@ -65,6 +65,13 @@ def roof_dtype(device: str) -> str:
     if device != "cuda":
         return "fp32"
     return "bf16" if _torch().cuda.is_bf16_supported() else "fp16"
+
+
+def quick_roof(device: str) -> tuple[float, float]:
+    """``(peak FLOP/s, bandwidth byte/s)`` of ``device`` at the quick sizes, without the burst/sustained run:
+    :func:`matmul_throughput` in :func:`roof_dtype` and :func:`copy_bandwidth` (about 1 s on a 2-core CPU)."""
+    sizes = replace(sizes_for(device, quick=True), sustain_s=0.0)
+    return matmul_throughput(device, sizes, roof_dtype(device))["value"], copy_bandwidth(device, sizes)["value"]
 
 
 def _figure(value: float, unit: str, method: str, size: str, timing: Timing, **extra: Any) -> dict[str, Any]:

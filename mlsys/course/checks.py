@@ -754,29 +754,20 @@ def check_roof_measured_here(roof: Any, *, faster: float = 3.0, slower: float = 
     loose on the slow side because a busy machine slows a measurement, never speeds it up (the learner's ran
     at another moment than the grader's); the grader keeps the faster of two measurements before it refuses.
     """
-    import dataclasses
-
-    from ..bench import micro
+    from ..bench.micro import quick_roof, roof_dtype
     from ..runtime.device import default_device
 
     device = default_device()
-    dtype = micro.roof_dtype(device)
-    sizes = dataclasses.replace(micro.sizes_for(device, quick=True), sustain_s=0.0)
-
-    def measured() -> tuple[float, float]:
-        return (micro.matmul_throughput(device, sizes, dtype)["value"], micro.copy_bandwidth(device, sizes)["value"])
-
     claimed = (roof.peak.to("FLOP/s").magnitude, roof.bandwidth.to("byte/s").magnitude)
-    names = (f"peak ({dtype} matmul)", "memory bandwidth (copy)")
+    names = (f"peak ({roof_dtype(device)} matmul)", "memory bandwidth (copy)")
     units = (("TFLOP/s", 1e12), ("GB/s", 1e9))
 
     def off(here: tuple[float, float]) -> list[int]:
         return [i for i in range(2) if not (here[i] / slower <= claimed[i] <= here[i] * faster)]
 
-    here = measured()
+    here = quick_roof(device)
     if off(here):
-        again = measured()
-        here = (max(here[0], again[0]), max(here[1], again[1]))
+        here = tuple(max(a, b) for a, b in zip(here, quick_roof(device), strict=True))
     bad = off(here)
     if bad:
         i = bad[0]
