@@ -85,6 +85,8 @@ def test_each_suspicious_construct_is_flagged(src, kind, what):
     "import math\nimport random\nfrom functools import partial\nimport torch.distributed as dist",
     "import triton.language as tl\nx = getattr(cfg, 'num_warps', 4)",
     "import matplotlib.pyplot as plt\nplt.plot([1, 2])",
+    "import torch\nfrom torch.utils.data import TensorDataset\nv = torch.__version__",
+    "from mlsys.bench import micro, time_fn\nfrom mlsys.runtime.launch import launch",
 ])
 def test_honest_code_is_not_flagged(src):
     assert audit_source(src) == []
@@ -168,6 +170,22 @@ def test_rebinding_a_name_the_course_imported_is_flagged():
     # an IPython event hook on a shell object not named like one, and the profile hook the worker's record uses
     ("shell = thing()\nshell.events.register('pre_run_cell', f)\n", "introspection"),
     ("import torch\ntorch.sys.setprofile(None)\n", "introspection"),
+    # parts of allowed packages that do the work where no record of the call looks: other processes, native code
+    # built or loaded at run time, other threads; and private parts of any allowed package
+    ("import torch.multiprocessing as tmp\npool = tmp.Pool(1)\n", "process"),
+    ("import torch\nrows = torch.utils.data.DataLoader(ds, num_workers=2)\n", "process"),
+    ("from torch.utils.data import DataLoader\n", "process"),
+    ("import torch.distributed.rpc as rpc\n", "process"),
+    ("from torch.utils.cpp_extension import load_inline\n", "native"),
+    ("import torch\ntorch.ops.load_library('libmm.so')\n", "native"),
+    ("import numpy as np\nlib = np.ctypeslib.load_library('libmm', '.')\n", "native"),
+    ("import torch\nfut = torch.jit.fork(f, x)\n", "concurrency"),
+    ("from torch.futures import Future\n", "concurrency"),
+    ("import torch\nm = torch.hub.load('a/b', 'c')\n", "network"),
+    ("from torch.utils._mode_utils import no_dispatch\n", "introspection"),
+    ("import torch\nx = torch._utils._rebuild_tensor\n", "introspection"),
+    ("import triton\nd = triton.runtime.driver.active\n", "introspection"),
+    ("from mlsys.runtime.processes import kill_tree\n", "process"),
 ])
 def test_roundabout_ways_to_the_grader_are_flagged(src, kind):
     assert kind in {f.kind for f in audit_source(src)}, audit_source(src)

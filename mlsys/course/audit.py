@@ -13,8 +13,12 @@ What passes (:data:`ALLOWED_MODULES`): imports of the lab's own tools, ``torch``
 plain code over them. Everything else is flagged, by kind:
 
 * ``import``: any other module (``os``, ``IPython``, ``pickle``...; known dangerous ones get the kind
-  below instead), and private or meta parts of allowed ones (``torch.library``, ``torch._C``,
-  ``torch.utils._python_dispatch``, ``torch.overrides``, ``mlsys.course`` internals);
+  below instead), and private or meta parts of allowed ones (``torch.library``, ``torch._C``, any name
+  with a leading underscore such as ``torch.utils._mode_utils``, ``torch.overrides``, ``mlsys.course``
+  internals), imported or reached as attributes; parts of allowed packages that do work where no record of
+  a call looks get the kind of what they do (``torch.multiprocessing`` and ``DataLoader``: ``process``;
+  ``torch.utils.cpp_extension``, ``torch.ops.load_library``, ``numpy.ctypeslib``: ``native``;
+  ``torch.jit.fork``: ``concurrency``; ``torch.hub``: ``network``);
 * ``dynamic``: ``eval``/``exec``/``compile``/``__import__``, and dynamic attribute access to a
   module or library object: ``vars(m)``, ``getattr(m, ...)``, ``m.__dict__``, ``__getattribute__``;
 * ``introspection``: ``get_ipython`` in any spelling (the bare name, an attribute, a string), frame
@@ -57,6 +61,16 @@ _PRIVATE_PARTS = {
     "mlsys.course.proxy": "introspection", "mlsys.course.worker": "introspection",
     "mlsys.course.sandbox": "introspection", "mlsys.course.teach": "introspection",
     "torch.cuda.streams": "concurrency", "triton.runtime.driver": "introspection",
+    # parts of allowed packages that run work where no record of the call sees it: other processes, native code
+    # built or loaded at run time, other threads, other machines
+    "torch.multiprocessing": "process", "torch.utils.data.DataLoader": "process",
+    "torch.utils.data.dataloader": "process", "torch.distributed.rpc": "process",
+    "torch.distributed.elastic": "process", "torch.distributed.run": "process", "torch.distributed.launch": "process",
+    "torch.distributed.launcher": "process", "numpy.f2py": "process", "numpy.distutils": "process",
+    "mlsys.runtime.processes": "process",
+    "torch.utils.cpp_extension": "native", "torch.ops.load_library": "native", "torch.classes.load_library": "native",
+    "torch.cuda.jiterator": "native", "numpy.ctypeslib": "native", "triton.runtime.build": "native",
+    "torch.jit.fork": "concurrency", "torch.futures": "concurrency", "torch.hub": "network", "torch.package": "file",
 }
 _MODULE_KIND = {
     "subprocess": "process", "multiprocessing": "process", "signal": "process", "atexit": "process", "pty": "process",
@@ -197,13 +211,17 @@ def _patchable_names() -> frozenset[str]:
 
 
 def _module_kind(mod: str) -> str | None:
-    """The flag kind of importing ``mod``: None when the allowlist admits it."""
+    """The flag kind of importing (or reaching) ``mod``: None when the allowlist admits it.
+
+    Within an allowed package the allowlist admits public parts only: a private one (a name with one leading
+    underscore anywhere in the path, ``torch._utils``, ``torch.utils._mode_utils``) is ``introspection``."""
     for key in sorted(_PRIVATE_PARTS, key=len, reverse=True):
         if mod == key or mod.startswith(key + "."):
             return _PRIVATE_PARTS[key]
     top = mod.split(".")[0]
     if top in ALLOWED_MODULES:
-        return None
+        private = any(p.startswith("_") and not (p.startswith("__") and p.endswith("__")) for p in mod.split(".")[1:])
+        return "introspection" if private and top != "__future__" else None
     for key in sorted(_MODULE_KIND, key=len, reverse=True):
         if mod == key or mod.startswith(key + "."):
             return _MODULE_KIND[key]
@@ -435,7 +453,19 @@ class Auditor(ast.NodeVisitor):
             self.flag(node, _module_kind(node.attr) or "introspection", f"reaches {node.attr} through {full}")
         elif node.attr == "events" and "ipython" in full.lower():
             self.flag(node, "introspection", f"uses {full}")
+        elif self.reaches_part(node, full):
+            self.flag(node, _module_kind(full) or "introspection", f"uses {full}")
         self.generic_visit(node)
+
+    def reaches_part(self, node: ast.Attribute, full: str) -> bool:
+        """``full`` is a library path the allowlist does not admit (``torch.multiprocessing.Pool``,
+        ``np.ctypeslib``, ``torch._utils``), and the chain's outer part is where it starts (flagged once a chain)."""
+        if not full or not self.is_library(node) or not _module_kind(full):
+            return False
+        if full.split(".")[0] not in ALLOWED_MODULES:
+            return False  # an import of a module outside the allowlist is flagged where it is imported
+        inner = self.origin(_dotted(node.value)) or ""
+        return not (inner and _module_kind(inner))
 
     def visit_Name(self, node: ast.Name) -> None:
         if isinstance(node.ctx, ast.Load) and node.id in _LOOKUP_BUILTINS and id(node) not in self._called:
