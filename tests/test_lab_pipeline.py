@@ -216,6 +216,9 @@ def test_instructor_version_gets_full_marks_and_untouched_release_zero(lab, grad
     assert good.correctness_max > 0
     assert good.correctness_score == good.correctness_max, f"{lab}: instructor got {good}"
     assert blank.correctness_score == 0, f"{lab}: untouched release got {blank}"
+    # no flag for honest work: neither the audit of its source nor the grader's census of its processes (Lab 3's
+    # torch.compile workers, Lab 4's ranks and the guarded calls' children are the course's, not strangers)
+    assert good.flags == "", f"{lab}: the instructor's answers were flagged: {good.flags}"
     if good.performance != "none":  # no GPU here: reported as not graded, never as a failure
         assert good.performance == "not graded (no GPU)"
         assert "not graded here (no GPU)" in good.summary and "0 /" not in good.summary.split(";")[1]

@@ -209,7 +209,7 @@ class SandboxedExecute(Execute):
             job_grader = {}
         job = {**job_grader, "notebook": name, "skip": sorted(perf_idx), "timeout": self.timeout,
                "interrupt_on_timeout": self.interrupt_on_timeout, "startup_timeout": self.startup_timeout,
-               "error_on_timeout": self.error_on_timeout}
+               "error_on_timeout": self.error_on_timeout, "census": settings.get("mode") == "bwrap"}
         results, ended = run_in_sandbox("mlsys.course.cellrunner", job, work, settings, deadline=deadline,
                                         log=root / "cellrunner.log")
         got: dict[int, dict[str, Any]] = {}
@@ -218,6 +218,8 @@ class SandboxedExecute(Execute):
                 got[int(item["index"])] = item
             if item.get("fatal"):
                 report["fatal"] = item["fatal"]
+            if isinstance(item.get("stranger"), dict):
+                report.setdefault("strangers", []).append(item["stranger"])
             if item.get("done") and item.get("kernel_died") is not None:
                 report["kernel_died"] = _label(nb, item["kernel_died"])
         if ended == "timeout":

@@ -410,6 +410,23 @@ def _report_notes(row: Row, report: dict[str, Any], timeout: float) -> None:
             row.notes.append(f"{gid}: {v['reason']}")
 
 
+def _one_line(text: str) -> str:
+    """``text`` as one line of the flags column: runs of white space (newlines too) as one space, no ``;``."""
+    return " ".join(printable_name(text).replace(";", ",").split())
+
+
+def _stranger_flags(report: dict[str, Any], limit: int = 3) -> list[str]:
+    """``process`` flags for the processes the grader saw alive in the sandbox while it ran test cells
+    (:mod:`mlsys.course.census`): work done there is in no record of a checked call."""
+    seen = [s for s in report.get("strangers", []) if isinstance(s, dict)]
+    out = [f"process: pid {s.get('pid')} (parent {s.get('ppid')}, {_one_line(str(s.get('cmd') or s.get('exe') or '?'))[:80]}) "
+           f"was running while the grader ran {printable_name(str(s.get('test', '?')))[:40]} (seen by the grader)"
+           for s in seen[:limit]]
+    if len(seen) > limit:
+        out.append(f"process: ... {len(seen) - limit} more running while test cells ran")
+    return out
+
+
 def _annotate_feedback(html: Path, row: Row) -> None:
     """Put the CSV's summary in the feedback header and list the audit flags under it."""
     import html as htmlmod
@@ -562,7 +579,9 @@ def _grade_one(sub: Submission, prep: _Prepared, work: Path, root: Path, *, time
     _reset(row)
     score_notebook(source_nb, graded_nb, row)
     if report_path.is_file():
-        _report_notes(row, json.loads(report_path.read_text(encoding="utf-8")), timeout)
+        report = json.loads(report_path.read_text(encoding="utf-8"))
+        _report_notes(row, report, timeout)
+        row.flags = "; ".join(x for x in (row.flags, *_stranger_flags(report)) if x)
     for cell in graded_nb.get("cells", []):
         for o in cell.get("outputs", []):
             if o.get("output_type") == "error" and o.get("ename") == "CellTimeoutError":

@@ -302,6 +302,29 @@ make("hidden_library_call", HIDDEN_LIBRARY)
 make("differs_after_timing", DIFFERS)
 make("library_override", LIBRARY_OVERRIDE)
 
+HELPER = r"""import os, pickle
+# a helper process that outlives this cell: double's work is done there, where no record of the call looks
+_ask_r, _ask_w = os.pipe()
+_answer_r, _answer_w = os.pipe()
+if os.fork() == 0:
+    _in, _out = os.fdopen(_ask_r, "rb"), os.fdopen(_answer_w, "wb")
+    while True:
+        try:
+            _x = pickle.load(_in)
+        except EOFError:
+            os._exit(0)
+        pickle.dump(_x + _x, _out)
+        _out.flush()
+_ask, _answer = os.fdopen(_ask_w, "wb"), os.fdopen(_answer_r, "rb")
+
+
+def double(x):
+    pickle.dump(x, _ask)
+    _ask.flush()
+    return pickle.load(_answer)
+"""
+make("helper_process", HELPER)
+
 # ---- issue 26: answer cells that try to rewrite the test cells, their helpers or what they accept
 
 TRANSFORMER = r'''import IPython
