@@ -440,3 +440,40 @@ def test_a_result_made_without_any_triton_kernel_is_refused_under_the_interprete
     with pytest.raises(grading.GradingError, match="no Triton kernel loaded anything"):
         checks.check_kernel(LocalRpc(_learner(GOOD_ADD)).get("add"), (x, y), torch.tensor([11.0, 22.0, 33.0]),
                             names=("x", "y"), isolate=False)
+
+
+@pytest.mark.slow
+def test_a_kernel_exercise_refuses_a_matmul_by_another_name_torch_ops_and_custom_ops():
+    """FORBIDDEN_TORCH_OPS (the kernel exercises): a launcher may only allocate, view and copy. A 1x1 convolution is
+    a @ b (a library matmul however it is spelled: refused with FORBIDDEN_MATMUL too), element-wise ops and a sum in
+    place of the kernel are torch compute, and an op of a custom namespace runs aten ops the record cannot see."""
+    import torch.nn.functional as F
+
+    conv = F.conv1d  # bound outside the def
+
+    def by_conv(a, b):
+        c = torch.empty(a.shape[0], b.shape[1])
+        c.copy_(conv(a.t()[None], b.t()[:, :, None])[0].t())
+        return c
+
+    def by_broadcast(a, b):
+        return (a[:, :, None] * b[None, :, :]).sum(1)
+
+    lib = torch.library.Library("mlsys_test_hidden", "DEF")  # what an answer cell could register (audit: patching)
+    lib.define("mm(Tensor a, Tensor b) -> Tensor")
+    lib.impl("mm", lambda a, b: a @ b, "CompositeExplicitAutograd")
+
+    def by_custom_op(a, b):
+        return torch.ops.mlsys_test_hidden.mm(a, b)
+
+    rpc = LocalRpc({"by_conv": by_conv, "by_broadcast": by_broadcast, "by_custom_op": by_custom_op})
+    a, b = torch.randn(3, 4), torch.randn(4, 5)
+    for name, forbidden, found in (("by_conv", grading.FORBIDDEN_MATMUL, "aten::convolution"),
+                                   ("by_conv", grading.FORBIDDEN_TORCH_OPS, "aten::convolution"),
+                                   ("by_broadcast", grading.FORBIDDEN_TORCH_OPS, "aten::mul"),
+                                   ("by_custom_op", grading.FORBIDDEN_TORCH_OPS, "mlsys_test_hidden::mm")):
+        fn = rpc.get(name)
+        assert torch.allclose(fn(a, b), a @ b, atol=1e-5)
+        with pytest.raises(grading.GradingError, match=found):
+            grading.assert_no_library_calls(fn, forbidden)
+        grading.PENDING.clear()

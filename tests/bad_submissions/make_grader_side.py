@@ -399,6 +399,34 @@ def naive_matmul(a, b, block_k=32):
     return c
 '''
 
+LAB2_TORCH_OPS = {
+    "naive_kernel": '''\
+_c1 = torch.nn.functional.conv1d  # a library matmul by another name, bound outside the def: a 1x1 convolution is a @ b
+
+
+@triton.jit
+def _touch(a_ptr, b_ptr, n, BLOCK: tl.constexpr):  # a token Triton load, so that "a kernel ran"
+    offs = tl.arange(0, BLOCK)
+    tl.load(a_ptr + offs, mask=offs < n)
+    tl.load(b_ptr + offs, mask=offs < n)
+
+
+def naive_matmul(a, b, block_k=32):
+    M, N, K, c = matmul_operands(a, b)
+    _touch[(1,)](a, b, 1, BLOCK=16)
+    c.copy_(_c1(a.float().t()[None], b.float().t()[:, :, None])[0].t().to(c.dtype))
+    return c
+''',
+    "tiled_kernel": '''\
+def tiled_matmul(a, b, block_m=32, block_n=32, block_k=32, num_warps=4):
+    M, N, K, c = matmul_operands(a, b)
+    _touch[(1,)](a, b, 1, BLOCK=16)
+    c.copy_((a.float()[:, :, None] * b.float()[None, :, :]).sum(1).to(c.dtype))  # torch ops, not a kernel
+    return c
+''',
+}
+
+
 CASES = {  # (lab, short, case): ({grade_id of an answer cell: its new source}, points), expected row: 0 of them
     ("lab1_roofline", "lab1", "input_transformer"): ({"FIRST": TRANSFORMER}, 11),
     ("lab2_tiled_matmul", "lab2", "hooks_and_helpers"): ({"add_kernel": HOOKS_AND_HELPERS, "tile_report": WRONG_TILE_REPORT}, 14),
@@ -417,6 +445,11 @@ ANSWERED = {  # (lab, short, case): ({grade_id: new source}, expected row): the 
         {"status": "ok", "correctness_score": 5, "correctness_max": 11, "message": "not allowed here: mlsys.roofline.*"}),
     ("lab2_tiled_matmul", "lab2", "library_alias"): (
         LAB2_LIBRARY, {"status": "ok", "correctness_score": 7, "correctness_max": 14, "message": "aten::mm"}),
+    # a matmul by another name (a convolution) and torch's element-wise ops in place of a kernel, each beside a token
+    # Triton load: a kernel exercise's launcher may only allocate, view and copy (grading.FORBIDDEN_TORCH_OPS)
+    ("lab2_tiled_matmul", "lab2", "torch_ops_matmul"): (
+        LAB2_TORCH_OPS, {"status": "ok", "correctness_score": 7, "correctness_max": 14,
+                         "message": "dispatched the library operation aten::convolution"}),
     ("lab3_fusion", "lab3", "library_alias"): (
         LAB3_LIBRARY, {"status": "ok", "correctness_score": 4, "correctness_max": 14,
                        "message": "no Triton kernel loaded anything"}),
