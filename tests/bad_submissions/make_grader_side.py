@@ -293,17 +293,20 @@ def classify(intensity_value, names, dtype):
     return {name: _bound(intensity_value, name, dtype) for name in names}
 '''
 
-LAB2_LIBRARY = {
-    "naive_kernel": '''\
-_mm = torch.matmul  # bound outside the def: a source check of naive_matmul sees only `_mm`
-
-
+TOUCH = '''\
 @triton.jit
 def _touch(a_ptr, b_ptr, n, BLOCK: tl.constexpr):  # a token Triton load, so that "a kernel ran"
     offs = tl.arange(0, BLOCK)
     tl.load(a_ptr + offs, mask=offs < n)
     tl.load(b_ptr + offs, mask=offs < n)
+'''
 
+LAB2_LIBRARY = {
+    "naive_kernel": '''\
+_mm = torch.matmul  # bound outside the def: a source check of naive_matmul sees only `_mm`
+
+
+''' + TOUCH + '''
 
 def naive_matmul(a, b, block_k=32):
     M, N, K, c = matmul_operands(a, b)
@@ -404,12 +407,7 @@ LAB2_TORCH_OPS = {
 _c1 = torch.nn.functional.conv1d  # a library matmul by another name, bound outside the def: a 1x1 convolution is a @ b
 
 
-@triton.jit
-def _touch(a_ptr, b_ptr, n, BLOCK: tl.constexpr):  # a token Triton load, so that "a kernel ran"
-    offs = tl.arange(0, BLOCK)
-    tl.load(a_ptr + offs, mask=offs < n)
-    tl.load(b_ptr + offs, mask=offs < n)
-
+''' + TOUCH + '''
 
 def naive_matmul(a, b, block_k=32):
     M, N, K, c = matmul_operands(a, b)
