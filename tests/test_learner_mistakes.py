@@ -32,12 +32,10 @@ LABS = REPO / "labs" / "source"
 NOTEBOOKS = {lab: LABS / lab / f"{lab}.ipynb" for lab in ("lab1_roofline", "lab2_tiled_matmul", "lab3_fusion",
                                                            "lab4_collectives", "lab5_attention")}
 
-# cells that take time and grade nothing (plots and benchmarks of the reference kernels), and, in Lab 4, the
-# data-parallel check, which no mistake below touches (its DDP processes take ten seconds or more)
+# cells that take time and grade nothing (plots and benchmarks of the reference kernels)
 HEAVY = {"lab1_roofline": ("plot",), "lab2_tiled_matmul": ("benchmark", "tma_check", "smem_table"),
          "lab3_fusion": ("compare", "count_show"),
-         "lab4_collectives": ("ring_demo", "measure", "recorded", "overlap_measure", "scaling",
-                              "test_data_parallel_step"),
+         "lab4_collectives": ("ring_demo", "measure", "recorded", "overlap_measure", "scaling"),
          "lab5_attention": ("measure", "plot", "recorded_gap")}
 
 
@@ -131,6 +129,14 @@ MISTAKES = [
             "        reqs = dist.batch_isend_irecv(ops) if ops else []\n        if reduce and recv.numel():\n"
             "            recv += scratch[:recv.numel()]\n        for req in reqs:\n            req.wait()\n",
             frozenset({"test_ring", "test_ring_uneven"}), r"some elements are NaN.*before its\s+request completed"),
+    # Lab 4: the data-parallel step. Stepping on the whole batch gives every process the right gradient (DDP averages
+    # p copies of it) but not data parallelism; a step without DDP keeps each process's own shard's gradient
+    Mistake("lab4_collectives", "every process steps on the whole batch", "overlap",
+            "xr, yr = x[r * rows:(r + 1) * rows], y[r * rows:(r + 1) * rows]", "xr, yr = x, y",
+            frozenset({"test_data_parallel_step"}), r"expected the model to see its share of \d+ rows, it saw \d+"),
+    Mistake("lab4_collectives", "gradients not averaged (no DDP)", "overlap",
+            "ddp = DDP(model, bucket_cap_mb=bucket_mb)", "ddp = model",
+            frozenset({"test_data_parallel_step"}), r"exchanged nothing through torch\.distributed"),
     # Lab 5: the attention kernel
     Mistake("lab5_attention", "running max starts at 0", "attention_kernel",
             'm_i = tl.full([BLOCK_M], float("-inf"), tl.float32)', "m_i = tl.zeros([BLOCK_M], tl.float32)",
