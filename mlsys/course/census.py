@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -110,7 +111,7 @@ class Census:
         self._reported: set[int] = set()
         self._pending: set[int] = set()  # strangers seen at the last look
         self._lock = threading.Lock()
-        self._stop = threading.Event()
+        self._stopped = False
         self._thread = threading.Thread(target=self._run, name="census", daemon=True)
 
     def start(self) -> Census:
@@ -118,7 +119,7 @@ class Census:
         return self
 
     def stop(self) -> None:
-        self._stop.set()
+        self._stopped = True
         self._thread.join(timeout=5)
 
     def test(self, grade_id: str, kernel: int | None) -> None:
@@ -157,7 +158,8 @@ class Census:
         self._pending = seen
 
     def _run(self) -> None:
-        while not self._stop.wait(self.poll_s):
+        while not self._stopped:
+            time.sleep(self.poll_s)
             try:
                 self.look()
             except Exception:  # noqa: BLE001 - the census is evidence for a person; it never stops grading
