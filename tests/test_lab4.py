@@ -454,3 +454,21 @@ def test_diagnose_ring_finds_nothing_wrong_when_wait_comes_first(p):
 
     ring = functools.partial(_ring, read_early=False, late_even=True)
     assert checks.diagnose_ring(ring, p, 12).startswith("on inputs of small integers the ring is right")
+
+
+def test_ring_traffic_is_judged_by_peer_and_volume():
+    """check_ring_traffic, on hand-made records. 3 ranks, 10 elements: chunks of at most ceil(10/3) = 4, and a ring
+    sends 2(p - 1) = 4 of them, at most 16 elements, only to rank (r + 1) % 3, receiving only from (r - 1) % 3."""
+    from mlsys.course.checks import check_ring_traffic
+    from mlsys.course.grading import GradingError
+
+    ring = [("c10d::send", 2, 4), ("c10d::recv_", 0, 3), ("c10d::send", 2, 3), ("c10d::recv_", 0, 3),
+            ("c10d::send", 2, 4), ("c10d::recv_", 0, 4), ("c10d::send", 2, 3), ("c10d::recv_", 0, 3)]
+    check_ring_traffic("ring", 3, 1, 10, ring)  # rank 1: right 2, left 0; 14 elements sent
+    alltoall = [("c10d::send", 0, 10), ("c10d::send", 2, 10), ("c10d::recv_", 0, 10), ("c10d::recv_", 2, 10)]
+    with pytest.raises(GradingError, match=r"sent to rank\(s\) \[0\].*received from rank\(s\) \[2\]"):
+        check_ring_traffic("ring", 3, 1, 10, alltoall)
+    whole = [("c10d::send", 2, 10), ("c10d::recv_", 0, 10)] * 2  # neighbours only, but whole tensors: 20 > 16
+    with pytest.raises(GradingError, match="sent 20 elements.*16 in all"):
+        check_ring_traffic("ring", 3, 1, 10, whole)
+    check_ring_traffic("ring", 2, 0, 1, [("c10d::send", 1, 1), ("c10d::recv_", 1, 1), ("c10d::send", 1, 0)])

@@ -90,6 +90,22 @@ def _private_stdout() -> Any:
     return os.fdopen(fd, "w", buffering=1, encoding="utf-8")
 
 
+def _fresh_random() -> None:
+    """Seed the grader's global random generators (torch's, NumPy's, Python's) from the OS before a test cell.
+
+    The course cells the grader ran before it may seed them (``torch.manual_seed(0)``), and the learner's kernel
+    ran the same cells: without this, an answer cell could replay the draws and cache the expected results of
+    every test input taken from them."""
+    seed = int.from_bytes(os.urandom(8), "little")
+    import random
+
+    random.seed(seed)
+    if "numpy" in sys.modules:
+        sys.modules["numpy"].random.seed(seed % 2**32)
+    if "torch" in sys.modules:
+        sys.modules["torch"].manual_seed(seed % 2**63)
+
+
 def error_output(ename: str, evalue: str) -> dict[str, Any]:
     """An nbformat error output (nbgrader scores a test cell holding one as zero)."""
     return {"output_type": "error", "ename": ename, "evalue": evalue, "traceback": [f"{ename}: {evalue}"]}
@@ -195,6 +211,7 @@ def main() -> int:
                         if census is not None:
                             census.test(gid, kernel_pid())
                         run_course_cells(gid)
+                        _fresh_random()
                         cell.outputs = [nbformat.from_dict(o) for o in testcells.run_test_cell(
                             cell.source, course, rpc, grader_only=grader_only, learner_names=learner_names)]
                         dead = any(o.get("ename") == "DeadKernelError" for o in cell.outputs)

@@ -246,16 +246,51 @@ class Tracker:
 
     For each guarded buffer it counts the elements loaded from the view (``reads[name]``) and
     collects the offsets, relative to the view's first element, of loads from the guard
-    (``guard_loads[name]``). Stores are found by the sentinel comparison, which works on a GPU too.
+    (``guard_loads[name]``). Stores outside a tensor are found by the sentinel comparison, which works on
+    a GPU too; the addresses Triton stores (and atomics) write are kept (:meth:`stored_in`), so that an
+    output whose elements were written by torch or Python code beside a token kernel is seen.
     Outside the interpreter it does nothing (``active`` is False).
     """
+
+    MAX_STORED = 20_000_000
+    """Store addresses kept per call (160 MB); past it, which elements a kernel wrote is not judged."""
 
     def __init__(self, guards: Sequence[Guarded]) -> None:
         self.guards = list(guards)
         self.reads: dict[str, int] = {g.name: 0 for g in self.guards}
         self.guard_loads: dict[str, list[int]] = {g.name: [] for g in self.guards}
         self.load_instructions = 0
+        self.stored: list[Any] = []  # int64 address arrays, one per store instruction
+        self.stored_count = 0
         self.active = os.environ.get("TRITON_INTERPRET") == "1"
+
+    def _store(self, ptrs: Any, mask: Any) -> None:
+        import numpy as np
+
+        if self.stored_count > self.MAX_STORED:
+            return
+        addrs = np.asarray(ptrs.data).reshape(-1).astype(np.int64)
+        if mask is not None:
+            live = np.broadcast_to(np.asarray(mask.data), np.asarray(ptrs.data).shape).reshape(-1).astype(bool)
+            addrs = addrs[live]
+        self.stored.append(addrs)
+        self.stored_count += int(addrs.size)
+
+    def stored_in(self, g: Guarded) -> int | None:
+        """How many elements of ``g``'s view Triton stores wrote during the call (None: not known)."""
+        import numpy as np
+
+        if not self.active or self.stored_count > self.MAX_STORED:
+            return None
+        lo, hi = g.address_range()
+        size = g.buffer.element_size()
+        inside = g.inside().cpu().numpy().reshape(-1)
+        hit = np.zeros(inside.shape, bool)
+        for addrs in self.stored:
+            a = addrs[(addrs >= lo) & (addrs < hi)]
+            if a.size:
+                hit[(a - lo) // size] = True
+        return int((hit & inside).sum())
 
     def add(self, g: Guarded) -> None:
         self.guards.append(g)
@@ -282,6 +317,24 @@ class Tracker:
             return orig(b, ptrs, mask, other, *args, **kwargs)
 
         builder.create_masked_load = create_masked_load
+        self._orig_store = (builder.create_masked_store, builder.create_atomic_rmw, builder.create_atomic_cas)
+        store, rmw, cas = self._orig_store
+
+        def create_masked_store(b, ptrs, value, mask, *args, **kwargs):
+            tracker._store(ptrs, mask)
+            return store(b, ptrs, value, mask, *args, **kwargs)
+
+        def create_atomic_rmw(b, op, ptr, val, mask, *args, **kwargs):
+            tracker._store(ptr, mask)
+            return rmw(b, op, ptr, val, mask, *args, **kwargs)
+
+        def create_atomic_cas(b, ptr, cmp, val, *args, **kwargs):
+            tracker._store(ptr, None)
+            return cas(b, ptr, cmp, val, *args, **kwargs)
+
+        builder.create_masked_store = create_masked_store
+        builder.create_atomic_rmw = create_atomic_rmw
+        builder.create_atomic_cas = create_atomic_cas
         return self
 
     def _record(self, addrs: Any) -> None:
@@ -307,7 +360,9 @@ class Tracker:
         if self.active:
             from triton.runtime import interpreter
 
-            interpreter.InterpreterBuilder.create_masked_load = self._orig
+            builder = interpreter.InterpreterBuilder
+            builder.create_masked_load = self._orig
+            builder.create_masked_store, builder.create_atomic_rmw, builder.create_atomic_cas = self._orig_store
 
 
 # ----------------------------------------------------------------------------------------------
@@ -363,6 +418,7 @@ class GuardReport:
     bad_stores: dict[str, list[int]] = field(default_factory=dict)
     bad_loads: dict[str, list[int]] = field(default_factory=dict)
     unwritten: dict[str, tuple[int, int, str]] = field(default_factory=dict)
+    unstored: dict[str, tuple[int, int]] = field(default_factory=dict)  # elements no Triton store wrote (interpreter)
     modified_inputs: list[str] = field(default_factory=list)
     reads: dict[str, int] = field(default_factory=dict)
     sizes: dict[str, int] = field(default_factory=dict)
@@ -428,6 +484,9 @@ def _inspect(label: str, guards: Sequence[Guarded], tracker: Tracker | None, res
                 else:
                     where = f"indices {_ranges(idx.reshape(-1).tolist())}"
                 rep.unwritten[g.name] = (n, g.view.numel(), where)
+            stored = tracker.stored_in(g) if tracker is not None else None
+            if stored is not None and stored < g.view.numel():
+                rep.unstored[g.name] = (g.view.numel() - stored, g.view.numel())
         rep.sizes[g.name] = g.view.numel()
         if tracker is not None and tracker.active:
             rep.kernel_loads = tracker.load_instructions
@@ -648,6 +707,11 @@ def check_kernel(fn: Callable[..., Any], inputs: Sequence[Any], expected: Any, *
         raise GradingError(f"{label}: no Triton kernel loaded anything during this call, yet it returned a result: "
                            "this exercise asks for the computation in your own Triton kernel (a result computed "
                            "outside it, with NumPy or plain Python, earns nothing here)")
+    unstored = [(n, c, t) for n, (c, t) in rep.unstored.items() if t > 1] if out["tracked"] else []
+    for name, count, total in unstored[:1]:
+        raise GradingError(f"{label}: {count} of the {total} elements of {name} were not written by a Triton store "
+                           "(torch or Python code wrote them): this exercise asks for the computation in your own "
+                           "Triton kernel, which stores every element of the result")
     if isinstance(result, torch.Tensor) and result.is_floating_point():
         bad = ~torch.isfinite(result.float())
         if bool(bad.any()):
@@ -895,14 +959,62 @@ def dispatch_recorder() -> Any:
             def __init__(self) -> None:
                 super().__init__()
                 self.ops: set[str] = set()
+                self.traffic: list[list[Any]] = []  # [op, peer (-1: none), elements] of each torch.distributed op
 
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
                 if not HARNESS[0]:
-                    self.ops.add(str(func._schema.name) if hasattr(func, "_schema") else str(func))
+                    name = str(func._schema.name) if hasattr(func, "_schema") else str(func)
+                    self.ops.add(name)
+                    if name.split("::")[0] in C10D_NAMESPACES and len(self.traffic) < 10_000:
+                        self.traffic.append([name, *_traffic(name, args)])
                 return func(*args, **(kwargs or {}))
 
         _RECORD.append(Record)
     return _RECORD[0]()
+
+
+def _traffic(name: str, args: Sequence[Any]) -> tuple[int, int]:
+    """(peer rank or -1, elements of the tensors) of one dispatched torch.distributed op: what it moved, and where
+    (``c10d::send(tensors, group, dstRank, tag)``, ``c10d::recv_(tensors, group, srcRank, tag)``)."""
+    torch = _torch()
+    elements = 0
+    for a in args:
+        for t in (a if isinstance(a, (list, tuple)) else [a]):
+            if isinstance(t, torch.Tensor):
+                elements += t.numel()
+    peer = args[2] if name in ("c10d::send", "c10d::recv_") and len(args) > 2 and isinstance(args[2], int) else -1
+    return int(peer), int(elements)
+
+
+def _rank_traffic(rows: Any) -> list[tuple[str, int, int]]:
+    """The ``traffic`` records of a rank's reply rows, as (op, peer, elements); malformed entries are dropped."""
+    out = []
+    for row in rows if isinstance(rows, list) else [rows]:
+        for t in (row.get("traffic") if isinstance(row, dict) else None) or []:
+            if isinstance(t, list) and len(t) == 3 and isinstance(t[1], int) and isinstance(t[2], int):
+                out.append((str(t[0]), t[1], t[2]))
+    return out
+
+
+def check_ring_traffic(what: str, p: int, r: int, n: int, traffic: Sequence[tuple[str, int, int]]) -> None:
+    """A ring all-reduce of ``n`` elements on ``p`` ranks: rank ``r`` sends only to its right neighbour and receives
+    only from its left, and sends 2(p - 1) chunks of at most ceil(n / p) elements (reduce-scatter, then
+    all-gather). Anything else (every rank sending its whole tensor to every other, a tree) is not a ring."""
+    sends = [(peer, k) for op, peer, k in traffic if op == "c10d::send"]
+    recvs = [(peer, k) for op, peer, k in traffic if op in ("c10d::recv_", "c10d::recv_any_source_")]
+    right, left = (r + 1) % p, (r - 1) % p
+    to = sorted({peer for peer, k in sends if k and peer != right})
+    frm = sorted({peer for peer, k in recvs if k and peer != left})
+    if to or frm:
+        raise GradingError(f"{what}, {p} processes, rank {r}: it sent to rank(s) {to or [right]} and received from "
+                           f"rank(s) {frm or [left]}; in a ring each rank sends only to its right neighbour ({right}) "
+                           f"and receives only from its left ({left})")
+    bound = 2 * (p - 1) * -(-n // p)
+    sent = sum(k for _, k in sends)
+    if sent > bound:
+        raise GradingError(f"{what}, {p} processes, rank {r}, {n} elements: it sent {sent:,} elements; a ring sends "
+                           f"2(p - 1) = {2 * (p - 1)} chunks of at most ceil(n / p) = {-(-n // p)} elements "
+                           f"({bound:,} in all): whole tensors sent at each step are not a ring all-reduce")
 
 
 def library_collectives(ops: Sequence[str]) -> list[str]:
@@ -955,7 +1067,7 @@ def _ring_rank(fn: Callable[..., Any], inputs: Sequence[Sequence[Any]]) -> list[
         finally:
             restore()
         rows.append({"out": out.detach().clone() if type(out) is torch.Tensor else None, "type": type(out).__name__,
-                     "x": mine, "ops": sorted(rec.ops)})
+                     "x": mine, "ops": sorted(rec.ops), "traffic": rec.traffic})
     return rows
 
 
@@ -1311,6 +1423,9 @@ def check_ring(fn: Callable[..., Any], world_sizes: Sequence[int], lengths: Sequ
                         f"{what}, {p} processes, rank {r}: it sent and received nothing through torch.distributed's "
                         "send/recv (none was recorded), so the ranks' data moved some other way or not at all; "
                         "build the ring from send/recv (isend/irecv)")
+                if p > 1 and isinstance(rows, list):
+                    for n, row in zip(lengths, rows, strict=False):
+                        check_ring_traffic(what, p, r, n, _rank_traffic([row]))
             for r, rows in enumerate(ranks):
                 if not isinstance(rows, list) or len(rows) != len(lengths):
                     raise GradingError(f"{what}, rank {r}: the notebook's kernel sent back a malformed reply")
@@ -1355,13 +1470,14 @@ def _dp_rank(step_fn: Callable[..., Any], x: Any, y: Any, seed: int) -> dict[str
     torch = _torch()
     model = make_mlp(seed=seed)
     seen: list[int] = []
-    model.register_forward_pre_hook(lambda mod, args: seen.append(args[0].shape[0]))
+    # at the first layer, which every forward pass calls (model(x), model.forward(x) and DDP's alike)
+    model[0].register_forward_pre_hook(lambda mod, args: seen.append(args[0].shape[0]))
     rec = dispatch_recorder()
     with rec:
         grads = _learner(step_fn)(model, x.clone(), y.clone(), 0.001)  # tiny buckets: several all-reduces per step
     grads = [t.detach().clone() if type(t) is torch.Tensor else None for t in grads] if isinstance(grads, (list, tuple)) \
         else None
-    return {"grads": grads, "rows": sum(seen), "ops": sorted(rec.ops)}
+    return {"grads": grads, "rows": sum(seen), "ops": sorted(rec.ops), "traffic": rec.traffic}
 
 
 def worker_dp_runs(step_fn: Callable[..., Any], p: int, x: Any, y: Any, seed: int, *, timeout: float = 60.0) -> dict[str, Any]:
@@ -1412,6 +1528,12 @@ def check_dp(step_fn: Callable[..., Any], world_sizes: Sequence[int], batch: int
                 raise GradingError(f"rank {r} of {p}: its step exchanged nothing through torch.distributed (no "
                                    "collective or message was recorded), so it cannot hold the whole batch's gradient "
                                    "honestly; average the gradients across processes (DDP, or an all-reduce)")
+            moved = sum(k for _, _, k in _rank_traffic([rank]))
+            needed = sum(int(t.numel()) for t in want)
+            if p > 1 and moved < needed:
+                raise GradingError(f"rank {r} of {p}: its step exchanged {moved:,} elements through torch.distributed, "
+                                   f"fewer than the {needed:,} gradient elements it must average with the other "
+                                   "processes (a barrier or a token message is not an all-reduce of the gradients)")
             if not isinstance(grads, list) or len(grads) != len(want):
                 raise GradingError(f"rank {r}: expected a list of {len(want)} gradients, found {type(grads).__name__}")
             for i, (got, exp) in enumerate(zip(grads, want, strict=True)):
@@ -1642,6 +1764,31 @@ def calls_of(fn: Callable[..., Any], name: str, *args: Any, **kwargs: Any) -> li
     finally:
         ns[name] = real
     return calls
+
+
+def with_shifted_argument(fn: Callable[..., Any], name: str, index: int, shift: float, *args: Any) -> Any:
+    """``fn(*args)`` with every call of the global function ``name`` given its positional argument ``index`` plus
+    ``shift``: whether ``fn``'s result is built from what ``name`` returns, not only from calls it makes.
+
+    For Lab 5's ``streamed_attention``: shifting ``online_update``'s block of values by c shifts every row of
+    an honest result by c (a row's weights sum to 1); a result computed another way, beside calls whose
+    returns it drops, does not move. In a test cell run by the grader, it runs in the learner's kernel."""
+    if isinstance(fn, RemoteFunction):
+        return fn.run_helper("shifted_call", name, int(index), float(shift), *args)
+    ns = getattr(fn, "fn", fn).__globals__
+    if name not in ns or not callable(ns[name]):
+        raise GradingError(f"{getattr(fn, '__name__', 'your function')}: expected a function {name} beside it")
+    real = ns[name]
+
+    def shifted(*a: Any, **k: Any) -> Any:
+        a = tuple(x + shift if i == index else x for i, x in enumerate(a))
+        return real(*a, **k)
+
+    ns[name] = shifted
+    try:
+        return fn(*args)
+    finally:
+        ns[name] = real
 
 
 _PROBE_SOURCE = """

@@ -495,12 +495,27 @@ _ALLOWED_OPS = (
     "aten::zero_", "aten::copy_", "aten::clone", "aten::contiguous", "aten::view*", "aten::reshape",
     "aten::_reshape_alias", "aten::as_strided*", "aten::t", "aten::transpose*", "aten::permute", "aten::expand*",
     "aten::unsqueeze*", "aten::squeeze*", "aten::select*", "aten::slice*", "aten::detach*", "aten::alias",
-    "aten::_to_copy", "aten::to", "aten::lift_fresh*", "aten::resize_", "aten::set_", "aten::_local_scalar_dense",
-    "aten::item", "aten::is_nonzero", "aten::unbind*", "aten::split*", "aten::chunk", "aten::narrow*",
-    "aten::stride", "aten::size", "aten::numel", "aten::dim", "aten::is_contiguous", "aten::equal",
+    "aten::_to_copy", "aten::to", "aten::lift_fresh*", "aten::resize_", "aten::set_", "aten::unbind*", "aten::split*",
+    "aten::chunk", "aten::narrow*", "aten::stride", "aten::size", "aten::numel", "aten::dim", "aten::is_contiguous",
     "aten::_unsafe_view", "aten::flatten*", "aten::unflatten",
 )
-"""Operations a hand-written kernel's launcher may dispatch: allocation, views, copies, scalars."""
+"""Operations a hand-written kernel's launcher may dispatch: allocation, views, copies. Not a tensor's values read
+on the host (``float(x[i])``, ``.item()``, ``x == y``: ``aten::_local_scalar_dense``, ``aten::is_nonzero``,
+``aten::equal``), which is how a launcher computes the result in plain Python beside a token kernel; the
+instructor's launchers dispatch none of them (tests/gpu_runs/launcher_ops.py)."""
+
+
+def course_modules_except(*allowed: str) -> frozenset[str]:
+    """Patterns for every module of the course package but ``allowed`` (``"hardware"``, ``"units"``...).
+
+    For a function that must work a figure out itself: it may look up data and units, but reach no course
+    function that computes the figure, however it is reached (``mlsys.cli.main`` runs ``roofline.bound``)."""
+    import pkgutil
+
+    import mlsys
+
+    names = {m.name for m in pkgutil.iter_modules(mlsys.__path__)} | {"__main__"}
+    return frozenset(f"mlsys.{n}.*" for n in sorted(names - set(allowed)))
 
 
 def forbidden_ops(forbidden: Iterable[str]) -> tuple[frozenset[str], bool]:

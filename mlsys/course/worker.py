@@ -258,7 +258,8 @@ class Recorded:
             self.recorded_ops |= rec.ops
 
 
-HELPERS = ("run_guarded", "call_checked", "calls_of", "running_sums_probe", "ring_runs", "tagged_runs", "dp_runs")
+HELPERS = ("run_guarded", "call_checked", "calls_of", "running_sums_probe", "ring_runs", "tagged_runs", "dp_runs",
+           "shifted_call")
 """The worker-side halves of the course's checks (:mod:`mlsys.course.checks`) a grader may ask for by name."""
 
 
@@ -270,7 +271,7 @@ def _helper(name: str) -> Any:
     return {"run_guarded": checks.worker_run_guarded, "call_checked": checks.worker_call_checked,
             "calls_of": checks.calls_of, "running_sums_probe": checks.running_sums_probe,
             "ring_runs": checks.worker_ring_runs, "tagged_runs": checks.worker_tagged_runs,
-            "dp_runs": checks.worker_dp_runs}[name]
+            "dp_runs": checks.worker_dp_runs, "shifted_call": checks.with_shifted_argument}[name]
 
 
 def _snapshot(x: Any) -> bytes | None:
