@@ -186,6 +186,8 @@ def test_rebinding_a_name_the_course_imported_is_flagged():
     ("import torch\nx = torch._utils._rebuild_tensor\n", "introspection"),
     ("import triton\nd = triton.runtime.driver.active\n", "introspection"),
     ("from mlsys.runtime.processes import kill_tree\n", "process"),
+    # a Triton kernel whose body calls NumPy: it runs only under the interpreter, outside the call's record
+    ("import numpy as np\nimport triton\n@triton.jit\ndef k(a_ptr):\n    x = np.matmul(a_ptr, a_ptr)\n", "kernel"),
 ])
 def test_roundabout_ways_to_the_grader_are_flagged(src, kind):
     assert kind in {f.kind for f in audit_source(src)}, audit_source(src)

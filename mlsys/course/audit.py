@@ -32,7 +32,9 @@ plain code over them. Everything else is flagged, by kind:
 * ``concurrency``: threads, thread pools, ``asyncio`` and CUDA streams created in an answer cell
   (work left running when a function returns, or outside the timed stream);
 * ``process``, ``native``, ``network``, ``file``: subprocesses and signals, ``ctypes``, sockets,
-  reads and writes outside the working folder; ``syntax``: a cell that does not parse.
+  reads and writes outside the working folder; ``syntax``: a cell that does not parse;
+* ``kernel``: a ``@triton.jit`` kernel that calls a library (NumPy, torch, math): Python that runs only
+  under the interpreter, computing outside the kernel where no record of the call looks.
 """
 
 from __future__ import annotations
@@ -357,7 +359,22 @@ class Auditor(ast.NodeVisitor):
             # a module-level __import__ shadows the builtin for every cell run in this namespace, the grader's
             # request to the kernel included
             self.flag(node, "patching", f"defines {node.name} in the notebook's namespace")
+        if any((self.origin(_dotted(d.func if isinstance(d, ast.Call) else d)) or "").startswith("triton.jit")
+               for d in node.decorator_list):
+            self.kernel_body(node)
         self.generic_visit(node)
+
+    def kernel_body(self, node: ast.FunctionDef) -> None:
+        """A ``@triton.jit`` kernel calls Triton's language, its own kernels and a few builtins only: anything else
+        (NumPy, torch, math) runs only under the interpreter, where it computes outside the kernel unrecorded."""
+        for sub in ast.walk(node):
+            if not isinstance(sub, ast.Call):
+                continue
+            full = self.origin(_dotted(sub.func)) or ""
+            head = full.split(".")[0]
+            if head in ALLOWED_MODULES | set(_MODULE_KIND) and not full.startswith(("triton.", "tl.")) and head != "triton":
+                self.flag(sub, "kernel", f"the Triton kernel {node.name} calls {full}() (Python that runs only "
+                                         "under the interpreter, outside the kernel's record)")
 
     visit_AsyncFunctionDef = visit_FunctionDef
 
