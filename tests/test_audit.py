@@ -87,6 +87,10 @@ def test_each_suspicious_construct_is_flagged(src, kind, what):
     "import matplotlib.pyplot as plt\nplt.plot([1, 2])",
     "import torch\nfrom torch.utils.data import TensorDataset\nv = torch.__version__",
     "from mlsys.bench import micro, time_fn\nfrom mlsys.runtime.launch import launch",
+    # a kernel calling another kernel of the notebook, Triton's helpers and builtins
+    ("import triton\nimport triton.language as tl\n@triton.jit\ndef h(x):\n    return x\n"
+     "@triton.autotune(configs=cfgs(), key=['n'])\n@triton.jit\ndef k(a_ptr, n):\n"
+     "    for i in range(min(n, 4)):\n        tl.store(a_ptr + i, h(tl.load(a_ptr + i)))\n"),
 ])
 def test_honest_code_is_not_flagged(src):
     assert audit_source(src) == []
@@ -188,6 +192,9 @@ def test_rebinding_a_name_the_course_imported_is_flagged():
     ("from mlsys.runtime.processes import kill_tree\n", "process"),
     # a Triton kernel whose body calls NumPy: it runs only under the interpreter, outside the call's record
     ("import numpy as np\nimport triton\n@triton.jit\ndef k(a_ptr):\n    x = np.matmul(a_ptr, a_ptr)\n", "kernel"),
+    # ... or a plain function of the notebook, or the interpreter's data behind a Triton tensor
+    ("import triton\ndef keep(x):\n    return x\n@triton.jit\ndef k(a_ptr):\n    keep(a_ptr)\n", "kernel"),
+    ("import triton\n@triton.jit\ndef k(a_ptr):\n    d = a_ptr.handle.data\n", "kernel"),
 ])
 def test_roundabout_ways_to_the_grader_are_flagged(src, kind):
     assert kind in {f.kind for f in audit_source(src)}, audit_source(src)

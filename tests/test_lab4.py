@@ -457,8 +457,9 @@ def test_diagnose_ring_finds_nothing_wrong_when_wait_comes_first(p):
 
 
 def test_ring_traffic_is_judged_by_peer_and_volume():
-    """check_ring_traffic, on hand-made records. 3 ranks, 10 elements: chunks of at most ceil(10/3) = 4, and a ring
-    sends 2(p - 1) = 4 of them, at most 16 elements, only to rank (r + 1) % 3, receiving only from (r - 1) % 3."""
+    """check_ring_traffic, on hand-made records (bytes of 1-byte elements, then of 8-byte ones). 3 ranks, 10
+    elements: chunks of at most ceil(10/3) = 4, and a ring sends 2(p - 1) = 4 of them, at most 16 elements, only to
+    rank (r + 1) % 3, receiving only from (r - 1) % 3."""
     from mlsys.course.checks import check_ring_traffic
     from mlsys.course.grading import GradingError
 
@@ -471,4 +472,8 @@ def test_ring_traffic_is_judged_by_peer_and_volume():
     whole = [("c10d::send", 2, 10), ("c10d::recv_", 0, 10)] * 2  # neighbours only, but whole tensors: 20 > 16
     with pytest.raises(GradingError, match="sent 20 elements.*16 in all"):
         check_ring_traffic("ring", 3, 1, 10, whole)
+    packed = [("c10d::send", 2, 8 * 10), ("c10d::recv_", 0, 80)]  # 10 float64 elements packed, or 20 float32 ones
+    check_ring_traffic("ring", 3, 1, 10, packed, itemsize=8)
+    with pytest.raises(GradingError, match="sent 20 elements"):
+        check_ring_traffic("ring", 3, 1, 10, packed * 2, itemsize=8)
     check_ring_traffic("ring", 2, 0, 1, [("c10d::send", 1, 1), ("c10d::recv_", 1, 1), ("c10d::send", 1, 0)])

@@ -139,6 +139,10 @@ _LEGIT_BASES = {"torch.nn.Module", "torch.autograd.Function", "torch.nn.modules.
 _GET_IPYTHON = re.compile(r"get_?ipython|getipython|InteractiveShell", re.I)
 _IPYTHON_TEXT = re.compile(r"get_?ipython|getipython|InteractiveShell|ipython|ipykernel", re.I)
 _MAGIC = re.compile(r"^\s*(%%?|!)(.*)$")
+_KERNEL_BUILTINS = frozenset({"range", "min", "max", "len", "int", "float", "bool", "abs", "print", "isinstance",
+                              "zip", "enumerate", "tuple", "list", "static_range", "static_print", "static_assert",
+                              "constexpr", "cdiv", "next_power_of_2"})
+"""Names a Triton kernel may call besides the language (``tl.*``) and the notebook's other kernels."""
 
 
 @dataclass(frozen=True)
@@ -233,8 +237,10 @@ def _module_kind(mod: str) -> str | None:
 class Auditor(ast.NodeVisitor):
     """Walks one cell's syntax tree and collects :class:`Flag` records (see the module doc)."""
 
-    def __init__(self, cell: int = 0, course_names: dict[str, str] | None = None) -> None:
+    def __init__(self, cell: int = 0, course_names: dict[str, str] | None = None,
+                 jit_names: frozenset[str] = frozenset()) -> None:
         self.cell = cell
+        self.jit_names = jit_names  # the notebook's @triton.jit functions: what a kernel may call
         self.course_names = course_names or {}  # names the course's own cells import -> what they name
         self.flags: list[Flag] = []
         self.aliases: dict[str, str] = {}  # local name -> dotted origin (a module or an object in one)
@@ -365,9 +371,14 @@ class Auditor(ast.NodeVisitor):
         self.generic_visit(node)
 
     def kernel_body(self, node: ast.FunctionDef) -> None:
-        """A ``@triton.jit`` kernel calls Triton's language, its own kernels and a few builtins only: anything else
-        (NumPy, torch, math) runs only under the interpreter, where it computes outside the kernel unrecorded."""
-        for sub in ast.walk(node):
+        """A ``@triton.jit`` kernel calls Triton's language, the notebook's other kernels and a few builtins only:
+        anything else (NumPy, torch, math, a plain function of the notebook, the interpreter's ``.handle``) runs
+        only under the interpreter, where it computes outside the kernel unrecorded. (Its decorators run on the
+        host: not read here.)"""
+        for sub in (n for stmt in node.body for n in ast.walk(stmt)):
+            if isinstance(sub, ast.Attribute) and sub.attr == "handle":
+                self.flag(sub, "kernel", f"the Triton kernel {node.name} uses .handle (the interpreter's data behind "
+                                         "a Triton tensor)")
             if not isinstance(sub, ast.Call):
                 continue
             full = self.origin(_dotted(sub.func)) or ""
@@ -375,6 +386,10 @@ class Auditor(ast.NodeVisitor):
             if head in ALLOWED_MODULES | set(_MODULE_KIND) and not full.startswith(("triton.", "tl.")) and head != "triton":
                 self.flag(sub, "kernel", f"the Triton kernel {node.name} calls {full}() (Python that runs only "
                                          "under the interpreter, outside the kernel's record)")
+            elif (isinstance(sub.func, ast.Name) and sub.func.id not in self.jit_names
+                  and sub.func.id not in _KERNEL_BUILTINS and head not in ALLOWED_MODULES):
+                self.flag(sub, "kernel", f"the Triton kernel {node.name} calls {sub.func.id}(), which is not a Triton "
+                                         "kernel (Python that runs only under the interpreter)")
 
     visit_AsyncFunctionDef = visit_FunctionDef
 
@@ -543,9 +558,28 @@ def course_names(nb: dict[str, Any] | None) -> dict[str, str]:
     return names
 
 
-def audit_source(source: str, cell: int = 0, course: dict[str, str] | None = None) -> list[Flag]:
+def jit_names(sources: list[str]) -> frozenset[str]:
+    """The names of the ``@triton.jit`` functions (``@jit``, ``@triton.jit(...)``) that ``sources`` define."""
+    names = set()
+    for src in sources:
+        try:
+            tree = ast.parse("\n".join("" if _MAGIC.match(ln) else ln for ln in src.splitlines()))
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
+                    (_dotted(d.func if isinstance(d, ast.Call) else d) or "").split(".")[-1] in ("jit", "autotune",
+                                                                                              "heuristics")
+                    for d in node.decorator_list):
+                names.add(node.name)
+    return frozenset(names)
+
+
+def audit_source(source: str, cell: int = 0, course: dict[str, str] | None = None,
+                 jit: frozenset[str] | None = None) -> list[Flag]:
     """Flags for one cell's source (IPython syntax allowed); ``course``: names the course's cells import
-    (:func:`course_names`), whose rebinding is flagged."""
+    (:func:`course_names`), whose rebinding is flagged; ``jit``: the notebook's Triton kernels (default: this
+    cell's)."""
     flags: list[Flag] = []
     py_lines = []
     for i, line in enumerate(source.splitlines(), 1):
@@ -562,7 +596,8 @@ def audit_source(source: str, cell: int = 0, course: dict[str, str] | None = Non
         tree = ast.parse("\n".join(py_lines))
     except SyntaxError as exc:
         return flags + [Flag(cell, exc.lineno or 0, "syntax", f"does not parse: {exc.msg}")]
-    return _dedupe(flags + Auditor(cell, course).run(tree))
+    kernels = jit if jit is not None else jit_names([source])
+    return _dedupe(flags + Auditor(cell, course, kernels).run(tree))
 
 
 def _dedupe(flags: list[Flag]) -> list[Flag]:
@@ -600,6 +635,7 @@ def audit_notebook(nb: dict[str, Any], given: dict[str, Any] | None = None) -> l
     tests = {str(_nbgrader(c).get("grade_id")) for c in (given or {}).get("cells", []) if is_autograded(_nbgrader(c))}
     seen: set[str] = set()
     names = course_names(given)
+    kernels = jit_names([_text(c) for c in nb.get("cells", []) if c.get("cell_type") == "code"])
     flags: list[Flag] = []
     code_index = -1
     for cell in nb.get("cells", []):
@@ -614,7 +650,7 @@ def audit_notebook(nb: dict[str, Any], given: dict[str, Any] | None = None) -> l
             continue
         if _text(cell) in released:
             continue
-        flags += audit_source(_text(cell), code_index, names)
+        flags += audit_source(_text(cell), code_index, names, kernels)
     return flags
 
 

@@ -260,37 +260,58 @@ class Tracker:
         self.reads: dict[str, int] = {g.name: 0 for g in self.guards}
         self.guard_loads: dict[str, list[int]] = {g.name: [] for g in self.guards}
         self.load_instructions = 0
-        self.stored: list[Any] = []  # int64 address arrays, one per store instruction
+        self.stored: list[Any] = []  # (int64 addresses, float64 values or None for an atomic), per store instruction
         self.stored_count = 0
         self.active = os.environ.get("TRITON_INTERPRET") == "1"
 
-    def _store(self, ptrs: Any, mask: Any) -> None:
+    def _store(self, ptrs: Any, mask: Any, value: Any = None) -> None:
         import numpy as np
 
         if self.stored_count > self.MAX_STORED:
             return
+        shape = np.asarray(ptrs.data).shape
         addrs = np.asarray(ptrs.data).reshape(-1).astype(np.int64)
+        vals = None
+        if value is not None:
+            try:
+                vals = np.broadcast_to(np.asarray(value.data), shape).reshape(-1).astype(np.float64)
+            except (TypeError, ValueError):  # a value numpy cannot widen (bf16 held as raw bits): not compared
+                vals = None
         if mask is not None:
-            live = np.broadcast_to(np.asarray(mask.data), np.asarray(ptrs.data).shape).reshape(-1).astype(bool)
+            live = np.broadcast_to(np.asarray(mask.data), shape).reshape(-1).astype(bool)
             addrs = addrs[live]
-        self.stored.append(addrs)
+            vals = vals[live] if vals is not None else None
+        self.stored.append((addrs, vals))
         self.stored_count += int(addrs.size)
 
-    def stored_in(self, g: Guarded) -> int | None:
-        """How many elements of ``g``'s view Triton stores wrote during the call (None: not known)."""
+    def stored_in(self, g: Guarded) -> tuple[int, int] | None:
+        """(elements of ``g``'s view Triton stores wrote during the call, elements whose value now is not the last
+        value a Triton store wrote there: overwritten by torch or Python code afterwards); None: not known."""
         import numpy as np
 
         if not self.active or self.stored_count > self.MAX_STORED:
             return None
+        torch = _torch()
         lo, hi = g.address_range()
         size = g.buffer.element_size()
         inside = g.inside().cpu().numpy().reshape(-1)
         hit = np.zeros(inside.shape, bool)
-        for addrs in self.stored:
-            a = addrs[(addrs >= lo) & (addrs < hi)]
-            if a.size:
-                hit[(a - lo) // size] = True
-        return int((hit & inside).sum())
+        last = np.full(inside.shape, np.nan)
+        known = np.zeros(inside.shape, bool)  # the last write was a plain store whose value we hold
+        for addrs, vals in self.stored:
+            sel = (addrs >= lo) & (addrs < hi)
+            idx = (addrs[sel] - lo) // size
+            if idx.size:
+                hit[idx] = True
+                known[idx] = vals is not None
+                if vals is not None:
+                    last[idx] = vals[sel]
+        with _harness():
+            flat = g.buffer.detach().reshape(-1).cpu()
+            want = torch.from_numpy(last).to(flat.dtype)  # the stored values as the buffer holds them
+            same = (flat == want) | (torch.isnan(flat) & torch.isnan(want))
+        changed = known & inside & ~same.numpy()
+        return int((hit & inside).sum()), int(changed.sum())
 
     def add(self, g: Guarded) -> None:
         self.guards.append(g)
@@ -321,7 +342,7 @@ class Tracker:
         store, rmw, cas = self._orig_store
 
         def create_masked_store(b, ptrs, value, mask, *args, **kwargs):
-            tracker._store(ptrs, mask)
+            tracker._store(ptrs, mask, value)
             return store(b, ptrs, value, mask, *args, **kwargs)
 
         def create_atomic_rmw(b, op, ptr, val, mask, *args, **kwargs):
@@ -485,8 +506,9 @@ def _inspect(label: str, guards: Sequence[Guarded], tracker: Tracker | None, res
                     where = f"indices {_ranges(idx.reshape(-1).tolist())}"
                 rep.unwritten[g.name] = (n, g.view.numel(), where)
             stored = tracker.stored_in(g) if tracker is not None else None
-            if stored is not None and stored < g.view.numel():
-                rep.unstored[g.name] = (g.view.numel() - stored, g.view.numel())
+            if stored is not None and (stored[0] < g.view.numel() or stored[1]):
+                # elements no Triton store wrote, or whose value was replaced after the last one did
+                rep.unstored[g.name] = (g.view.numel() - stored[0] + stored[1], g.view.numel())
         rep.sizes[g.name] = g.view.numel()
         if tracker is not None and tracker.active:
             rep.kernel_loads = tracker.load_instructions
@@ -539,6 +561,10 @@ def _guarded_call(fn: Callable[..., Any], inputs: Sequence[Any], names: Sequence
         error = explain_exception(label, exc)
     all_guards = real + capture.captured
     rep = _inspect(label, all_guards, tracker, result)
+    if (tracker.active and error is None and isinstance(result, torch.Tensor) and result.numel() > 1
+            and result.untyped_storage().data_ptr() not in {g.buffer.untyped_storage().data_ptr()
+                                                             for g in capture.captured}):
+        rep.unstored["the result"] = (result.numel(), result.numel())  # made outside every buffer a kernel could write
     if isinstance(result, torch.Tensor):
         result = result.detach().clone()
     return {"result": result, "report": rep, "error": error, "tracked": tracker.active}
@@ -709,9 +735,10 @@ def check_kernel(fn: Callable[..., Any], inputs: Sequence[Any], expected: Any, *
                            "outside it, with NumPy or plain Python, earns nothing here)")
     unstored = [(n, c, t) for n, (c, t) in rep.unstored.items() if t > 1] if out["tracked"] else []
     for name, count, total in unstored[:1]:
-        raise GradingError(f"{label}: {count} of the {total} elements of {name} were not written by a Triton store "
-                           "(torch or Python code wrote them): this exercise asks for the computation in your own "
-                           "Triton kernel, which stores every element of the result")
+        raise GradingError(f"{label}: {count} of the {total} elements of {name} do not hold what a Triton store wrote "
+                           "(never stored by a kernel, or replaced afterwards by torch or Python code): this exercise "
+                           "asks for the computation in your own Triton kernel, which stores every element of the "
+                           "result in a tensor the launcher allocated")
     if isinstance(result, torch.Tensor) and result.is_floating_point():
         bad = ~torch.isfinite(result.float())
         if bool(bad.any()):
@@ -974,14 +1001,15 @@ def dispatch_recorder() -> Any:
 
 
 def _traffic(name: str, args: Sequence[Any]) -> tuple[int, int]:
-    """(peer rank or -1, elements of the tensors) of one dispatched torch.distributed op: what it moved, and where
-    (``c10d::send(tensors, group, dstRank, tag)``, ``c10d::recv_(tensors, group, srcRank, tag)``)."""
+    """(peer rank or -1, bytes of the tensors) of one dispatched torch.distributed op: what it moved, and where
+    (``c10d::send(tensors, group, dstRank, tag)``, ``c10d::recv_(tensors, group, srcRank, tag)``). Bytes, not
+    elements: data packed into a wider dtype (complex128) moves as many bytes."""
     torch = _torch()
     elements = 0
     for a in args:
         for t in (a if isinstance(a, (list, tuple)) else [a]):
             if isinstance(t, torch.Tensor):
-                elements += t.numel()
+                elements += t.numel() * t.element_size()
     peer = args[2] if name in ("c10d::send", "c10d::recv_") and len(args) > 2 and isinstance(args[2], int) else -1
     return int(peer), int(elements)
 
@@ -996,10 +1024,12 @@ def _rank_traffic(rows: Any) -> list[tuple[str, int, int]]:
     return out
 
 
-def check_ring_traffic(what: str, p: int, r: int, n: int, traffic: Sequence[tuple[str, int, int]]) -> None:
-    """A ring all-reduce of ``n`` elements on ``p`` ranks: rank ``r`` sends only to its right neighbour and receives
-    only from its left, and sends 2(p - 1) chunks of at most ceil(n / p) elements (reduce-scatter, then
-    all-gather). Anything else (every rank sending its whole tensor to every other, a tree) is not a ring."""
+def check_ring_traffic(what: str, p: int, r: int, n: int, traffic: Sequence[tuple[str, int, int]],
+                       itemsize: int = 1) -> None:
+    """A ring all-reduce of ``n`` elements of ``itemsize`` bytes on ``p`` ranks: rank ``r`` sends only to its right
+    neighbour and receives only from its left, and sends 2(p - 1) chunks of at most ceil(n / p) elements
+    (reduce-scatter, then all-gather). Anything else (every rank sending its whole tensor to every other, a
+    relay, a tree) is not a ring. ``traffic``: (op, peer, bytes) records."""
     sends = [(peer, k) for op, peer, k in traffic if op == "c10d::send"]
     recvs = [(peer, k) for op, peer, k in traffic if op in ("c10d::recv_", "c10d::recv_any_source_")]
     right, left = (r + 1) % p, (r - 1) % p
@@ -1010,11 +1040,11 @@ def check_ring_traffic(what: str, p: int, r: int, n: int, traffic: Sequence[tupl
                            f"rank(s) {frm or [left]}; in a ring each rank sends only to its right neighbour ({right}) "
                            f"and receives only from its left ({left})")
     bound = 2 * (p - 1) * -(-n // p)
-    sent = sum(k for _, k in sends)
+    sent = sum(k for _, k in sends) / itemsize
     if sent > bound:
-        raise GradingError(f"{what}, {p} processes, rank {r}, {n} elements: it sent {sent:,} elements; a ring sends "
-                           f"2(p - 1) = {2 * (p - 1)} chunks of at most ceil(n / p) = {-(-n // p)} elements "
-                           f"({bound:,} in all): whole tensors sent at each step are not a ring all-reduce")
+        raise GradingError(f"{what}, {p} processes, rank {r}, {n} elements: it sent {sent:,.0f} elements' worth of "
+                           f"bytes; a ring sends 2(p - 1) = {2 * (p - 1)} chunks of at most ceil(n / p) = {-(-n // p)} "
+                           f"elements ({bound:,} in all): whole tensors sent (or relayed) are not a ring all-reduce")
 
 
 def library_collectives(ops: Sequence[str]) -> list[str]:
@@ -1425,7 +1455,8 @@ def check_ring(fn: Callable[..., Any], world_sizes: Sequence[int], lengths: Sequ
                         "build the ring from send/recv (isend/irecv)")
                 if p > 1 and isinstance(rows, list):
                     for n, row in zip(lengths, rows, strict=False):
-                        check_ring_traffic(what, p, r, n, _rank_traffic([row]))
+                        check_ring_traffic(what, p, r, n, _rank_traffic([row]),
+                                           itemsize=getattr(torch, dtype).itemsize)
             for r, rows in enumerate(ranks):
                 if not isinstance(rows, list) or len(rows) != len(lengths):
                     raise GradingError(f"{what}, rank {r}: the notebook's kernel sent back a malformed reply")
@@ -1469,15 +1500,16 @@ def _dp_rank(step_fn: Callable[..., Any], x: Any, y: Any, seed: int) -> dict[str
     """In each rank: step_fn's gradients, the rows of the batch its model saw and the ops the step dispatched."""
     torch = _torch()
     model = make_mlp(seed=seed)
-    seen: list[int] = []
-    # at the first layer, which every forward pass calls (model(x), model.forward(x) and DDP's alike)
-    model[0].register_forward_pre_hook(lambda mod, args: seen.append(args[0].shape[0]))
+    # the rows this rank's loss depends on, read from the gradient of its input: however the forward pass was
+    # computed (model(x), model.forward(x), F.linear on the weights), a row the loss used gets a gradient
+    xx = x.clone().requires_grad_(True)
     rec = dispatch_recorder()
     with rec:
-        grads = _learner(step_fn)(model, x.clone(), y.clone(), 0.001)  # tiny buckets: several all-reduces per step
+        grads = _learner(step_fn)(model, xx, y.clone(), 0.001)  # tiny buckets: several all-reduces per step
     grads = [t.detach().clone() if type(t) is torch.Tensor else None for t in grads] if isinstance(grads, (list, tuple)) \
         else None
-    return {"grads": grads, "rows": sum(seen), "ops": sorted(rec.ops), "traffic": rec.traffic}
+    rows = int((xx.grad != 0).any(dim=1).sum()) if xx.grad is not None else 0
+    return {"grads": grads, "rows": rows, "ops": sorted(rec.ops), "traffic": rec.traffic}
 
 
 def worker_dp_runs(step_fn: Callable[..., Any], p: int, x: Any, y: Any, seed: int, *, timeout: float = 60.0) -> dict[str, Any]:
@@ -1523,16 +1555,17 @@ def check_dp(step_fn: Callable[..., Any], world_sizes: Sequence[int], batch: int
             grads, rows = (rank.get("grads"), rank.get("rows")) if isinstance(rank, dict) else (None, None)
             if rows != batch // p:
                 raise GradingError(f"rank {r} of {p}: expected the model to see its share of {batch // p} rows, "
-                                   f"it saw {rows}")
+                                   f"it saw {rows} (the rows of the batch whose input got a gradient: those its loss "
+                                   "used)")
             if p > 1 and not any(op.split("::")[0] in C10D_NAMESPACES for op in _rank_ops([rank])):
                 raise GradingError(f"rank {r} of {p}: its step exchanged nothing through torch.distributed (no "
                                    "collective or message was recorded), so it cannot hold the whole batch's gradient "
                                    "honestly; average the gradients across processes (DDP, or an all-reduce)")
             moved = sum(k for _, _, k in _rank_traffic([rank]))
-            needed = sum(int(t.numel()) for t in want)
+            needed = sum(int(t.numel()) * t.element_size() for t in want)
             if p > 1 and moved < needed:
-                raise GradingError(f"rank {r} of {p}: its step exchanged {moved:,} elements through torch.distributed, "
-                                   f"fewer than the {needed:,} gradient elements it must average with the other "
+                raise GradingError(f"rank {r} of {p}: its step exchanged {moved:,} bytes through torch.distributed, "
+                                   f"fewer than the {needed:,} bytes of gradients it must average with the other "
                                    "processes (a barrier or a token message is not an all-reduce of the gradients)")
             if not isinstance(grads, list) or len(grads) != len(want):
                 raise GradingError(f"rank {r}: expected a list of {len(want)} gradients, found {type(grads).__name__}")

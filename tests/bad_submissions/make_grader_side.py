@@ -461,10 +461,11 @@ ANSWERED = {  # (lab, short, case): ({grade_id: new source}, expected row): the 
     # the call fails (it was written back into the grader's copy, which bought 5 of 7 online-softmax points)
     ("lab5_attention", "lab5", "zeroes_its_inputs"): (
         {"online_softmax": LAB5_ZEROES_INPUTS}, {"status": "ok", "correctness_score": 12, "correctness_max": 19}),
-    # not prevented (the evidence is made in the learner's kernel): the audit's flag is the teacher's warning
+    # the record is evidence made in the learner's kernel, which can switch it off (the audit's flag is the teacher's
+    # warning); the output's elements, written by copy_ instead of a Triton store, still cost naive_matmul (3 points)
     ("lab2_tiled_matmul", "lab2", "record_switched_off"): (
         {"naive_kernel": LAB2_RECORD_OFF},
-        {"status": "ok", "correctness_score": 14, "correctness_max": 14, "flags": "patching"}),
+        {"status": "ok", "correctness_score": 11, "correctness_max": 14, "flags": "patching"}),
     ("lab4_collectives", "lab4", "forged_ring_report"): (
         {"ring": LAB4_FORGED_REPORT},
         {"status": "ok", "correctness_score": 17, "correctness_max": 17, "flags": "patching"}),
