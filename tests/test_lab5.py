@@ -365,6 +365,9 @@ def test_bad_submissions_lose_the_right_points(lab, graded_lab):
         for key, value in want.items():
             if key == "performance" and grading.has_cuda():
                 continue
+            if key == "flags":  # a piece of the row's flags (the audit's words around it may change)
+                assert value in row.flags, f"{student}: expected a {value!r} flag, found {row.flags!r}"
+                continue
             assert getattr(row, key) == value, f"{student}.{key}: expected {value!r}, got {getattr(row, key)!r} ({row})"
         assert row.manual_max == 3
 
