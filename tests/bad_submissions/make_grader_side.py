@@ -442,12 +442,13 @@ ANSWERED = {  # (lab, short, case): ({grade_id: new source}, expected row): the 
         {"counts": LAB1_LIBRARY, "classify": LAB1_CLASSIFY_LIBRARY},
         {"status": "ok", "correctness_score": 5, "correctness_max": 11, "message": "not allowed here: mlsys.roofline.*"}),
     ("lab2_tiled_matmul", "lab2", "library_alias"): (
-        LAB2_LIBRARY, {"status": "ok", "correctness_score": 7, "correctness_max": 14, "message": "aten::mm"}),
+        LAB2_LIBRARY, {"status": "ok", "correctness_score": 7, "correctness_max": 14,
+                       "message": "do not hold what a Triton store wrote"}),
     # a matmul by another name (a convolution) and torch's element-wise ops in place of a kernel, each beside a token
     # Triton load: a kernel exercise's launcher may only allocate, view and copy (grading.FORBIDDEN_TORCH_OPS)
     ("lab2_tiled_matmul", "lab2", "torch_ops_matmul"): (
         LAB2_TORCH_OPS, {"status": "ok", "correctness_score": 7, "correctness_max": 14,
-                         "message": "dispatched the library operation aten::convolution"}),
+                         "message": "uses .sum(); write it without library routines"}),
     ("lab3_fusion", "lab3", "library_alias"): (
         LAB3_LIBRARY, {"status": "ok", "correctness_score": 4, "correctness_max": 14,
                        "message": "no Triton kernel loaded anything"}),
