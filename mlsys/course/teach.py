@@ -1310,6 +1310,9 @@ def main(argv: list[str] | None = None) -> int:
     elif any(v is not None for v in (a.partition, a.gres, a.time, a.cpus_per_task, a.max_running)) or a.sbatch_arg:
         p.error("--partition, --gres, --time, --cpus-per-task, --max-running and --sbatch-arg need --slurm")
     previous = signal.signal(signal.SIGTERM, _interrupt)  # a batch system's stop: like Ctrl-C
+    # Ctrl-C stops cleanly even where the shell that started us ignores SIGINT (a job started with `&` or nohup:
+    # Python then keeps the ignored disposition and installs no KeyboardInterrupt of its own)
+    previous_int = signal.signal(signal.SIGINT, _interrupt)
     out_csv = a.csv or (a.root or labs_root()) / "grades.csv"
     try:
         rows = grade(a.root, submitted=a.submitted, out_csv=a.csv, timeout=a.timeout, cell_timeout=a.cell_timeout,
@@ -1323,6 +1326,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     finally:
         signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous_int)
     failed = sum(r.status == "failed" for r in rows)
     pending = sum(r.status == "pending" for r in rows)
     print(f"graded {len(rows)} submission(s), {failed} with problems"
