@@ -247,13 +247,15 @@ class Tracker:
     For each guarded buffer it counts the elements loaded from the view (``reads[name]``) and
     collects the offsets, relative to the view's first element, of loads from the guard
     (``guard_loads[name]``). Stores outside a tensor are found by the sentinel comparison, which works on
-    a GPU too; the addresses Triton stores (and atomics) write are kept (:meth:`stored_in`), so that an
-    output whose elements were written by torch or Python code beside a token kernel is seen.
+    a GPU too; the addresses and values Triton stores (and the addresses atomics) write are kept
+    (:meth:`stored_in`), so that an output whose elements were written by torch or Python code beside, or
+    after, a token kernel is seen.
     Outside the interpreter it does nothing (``active`` is False).
     """
 
     MAX_STORED = 20_000_000
-    """Store addresses kept per call (160 MB); past it, which elements a kernel wrote is not judged."""
+    """Stored elements kept per call (an int64 address and a float64 value each: 320 MB); past it, which
+    elements a kernel wrote is not judged."""
 
     def __init__(self, guards: Sequence[Guarded]) -> None:
         self.guards = list(guards)
