@@ -61,34 +61,51 @@ DEVICE = "cpu" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda"
 # The candidate kernel (tutorial style): one program = one block of BLOCK_M queries of one (batch, head)
 # ---------------------------------------------------------------------------------------------------------------
 @triton.jit
+def _key_step(acc, l_i, m_i, q, desc_k, desc_v, offsetk, start_n, offs_m, qk_scale,
+              BLOCK_N: tl.constexpr, DIAGONAL: tl.constexpr):
+    """One block of BLOCK_N keys (rows offsetk ... of the [B*H*N, D] view; key positions start_n ...)."""
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_m_lo = tl.min(offs_m, 0)  # the block's first query position
+    k = desc_k.load([offsetk, 0]).T
+    qk = tl.dot(q, k)
+    if DIAGONAL == 3:  # the select only in the block(s) that reach past the diagonal: a branch per block
+        if start_n + BLOCK_N > offs_m_lo:
+            qk = tl.where(offs_m[:, None] >= (start_n + offs_n[None, :]), qk, float("-inf"))
+        m_ij = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+        qk = qk * qk_scale - m_ij[:, None]
+    elif DIAGONAL == 2:  # masked by a select to -inf, then the unmasked FMA: a compare and a select per score
+        # (every row's first block holds key 0, so the running max is finite and exp2(-inf - m) is 0)
+        qk = tl.where(offs_m[:, None] >= (start_n + offs_n[None, :]), qk, float("-inf"))
+        m_ij = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+        qk = qk * qk_scale - m_ij[:, None]
+    elif DIAGONAL:  # the block on the diagonal: keys after the query get -1e6 (exp2 of it is 0)
+        mask = offs_m[:, None] >= (start_n + offs_n[None, :])
+        qk = qk * qk_scale + tl.where(mask, 0, -1.0e6)
+        m_ij = tl.maximum(m_i, tl.max(qk, 1))
+        qk -= m_ij[:, None]
+    else:
+        m_ij = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+        qk = qk * qk_scale - m_ij[:, None]  # one FMA per score
+    p = tl.math.exp2(qk)
+    alpha = tl.math.exp2(m_i - m_ij)
+    l_ij = tl.sum(p, 1)
+    acc = acc * alpha[:, None]
+    v = desc_v.load([offsetk, 0])
+    acc = tl.dot(p.to(v.dtype), v, acc)
+    l_i = l_i * alpha + l_ij  # last, as the tutorial: fewer live registers across the dots
+    return acc, l_i, m_ij
+
+
+@triton.jit
 def _key_loop(acc, l_i, m_i, q, desc_k, desc_v, kv_row, lo, hi, offs_m, qk_scale,
               BLOCK_N: tl.constexpr, DIAGONAL: tl.constexpr, WS: tl.constexpr):
     """Keys [lo, hi) of one head (rows kv_row + lo ... of the [B*H*N, D] view) past one query block."""
-    offs_n = tl.arange(0, BLOCK_N)
     offsetk = kv_row + lo
-    offsetv = kv_row + lo
     for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WS):
         start_n = tl.multiple_of(start_n, BLOCK_N)
-        k = desc_k.load([offsetk, 0]).T
-        qk = tl.dot(q, k)
-        if DIAGONAL:  # the block on the diagonal: keys after the query get -1e6 (exp2 of it is 0)
-            mask = offs_m[:, None] >= (start_n + offs_n[None, :])
-            qk = qk * qk_scale + tl.where(mask, 0, -1.0e6)
-            m_ij = tl.maximum(m_i, tl.max(qk, 1))
-            qk -= m_ij[:, None]
-        else:
-            m_ij = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
-            qk = qk * qk_scale - m_ij[:, None]  # one FMA per score
-        p = tl.math.exp2(qk)
-        alpha = tl.math.exp2(m_i - m_ij)
-        l_ij = tl.sum(p, 1)
-        acc = acc * alpha[:, None]
-        v = desc_v.load([offsetv, 0])
-        acc = tl.dot(p.to(v.dtype), v, acc)
-        l_i = l_i * alpha + l_ij  # last, as the tutorial: fewer live registers across the dots
-        m_i = m_ij
+        acc, l_i, m_i = _key_step(acc, l_i, m_i, q, desc_k, desc_v, offsetk, start_n, offs_m, qk_scale,
+                                  BLOCK_N, DIAGONAL)
         offsetk += BLOCK_N
-        offsetv += BLOCK_N
     return acc, l_i, m_i
 
 
@@ -105,7 +122,28 @@ def _query_block(desc_q, desc_k, desc_v, desc_o, off_hz, start_m, N_CTX, qk_scal
     q = desc_q.load([q_row, 0])
     if CAUSAL and CAUSAL_LOOPS == "one":  # one loop over the keys up to the diagonal, every block masked
         acc, l_i, m_i = _key_loop(acc, l_i, m_i, q, desc_k, desc_v, row0, 0, (start_m + 1) * BLOCK_M, offs_m,
-                                  qk_scale, BLOCK_N, True, WS)
+                                  qk_scale, BLOCK_N, 1, WS)
+    elif CAUSAL and CAUSAL_LOOPS == "one_branch":  # the same, the select only where a block crosses the diagonal
+        acc, l_i, m_i = _key_loop(acc, l_i, m_i, q, desc_k, desc_v, row0, 0, (start_m + 1) * BLOCK_M, offs_m,
+                                  qk_scale, BLOCK_N, 3, WS)
+    elif CAUSAL and CAUSAL_LOOPS == "one_where":  # the same, masked by a select to -inf (fewer ops per score)
+        acc, l_i, m_i = _key_loop(acc, l_i, m_i, q, desc_k, desc_v, row0, 0, (start_m + 1) * BLOCK_M, offs_m,
+                                  qk_scale, BLOCK_N, 2, WS)
+    elif CAUSAL and CAUSAL_LOOPS == "diag":  # one (specialized) unmasked loop below the diagonal, then the
+        # diagonal block(s) as straight-line steps after it: no second loop for the WS pass to fail on
+        acc, l_i, m_i = _key_loop(acc, l_i, m_i, q, desc_k, desc_v, row0, 0, start_m * BLOCK_M, offs_m, qk_scale,
+                                  BLOCK_N, False, WS)
+        for j in tl.static_range(BLOCK_M // BLOCK_N):
+            start_n = start_m * BLOCK_M + j * BLOCK_N
+            acc, l_i, m_i = _key_step(acc, l_i, m_i, q, desc_k, desc_v, row0 + start_n, start_n, offs_m, qk_scale,
+                                      BLOCK_N, True)
+    elif CAUSAL and CAUSAL_LOOPS == "diag_first":  # the diagonal block(s) first, then the specialized loop
+        for j in tl.static_range(BLOCK_M // BLOCK_N):
+            start_n = start_m * BLOCK_M + j * BLOCK_N
+            acc, l_i, m_i = _key_step(acc, l_i, m_i, q, desc_k, desc_v, row0 + start_n, start_n, offs_m, qk_scale,
+                                      BLOCK_N, True)
+        acc, l_i, m_i = _key_loop(acc, l_i, m_i, q, desc_k, desc_v, row0, 0, start_m * BLOCK_M, offs_m, qk_scale,
+                                  BLOCK_N, False, WS)
     elif CAUSAL:  # keys below the query block unmasked, then the diagonal block masked (the tutorial)
         acc, l_i, m_i = _key_loop(acc, l_i, m_i, q, desc_k, desc_v, row0, 0, start_m * BLOCK_M, offs_m, qk_scale,
                                   BLOCK_N, False, WS)
@@ -165,7 +203,9 @@ class Variant:
     ws: bool = False  # tl.range(..., warp_specialize=True) on the key loop
     persistent: bool = False  # grid of PERSIST_PER_SM programs per SM, each looping over query blocks
     causal_loops: str = "split"  # "split": an unmasked loop, then the diagonal block masked (the tutorial);
-    # "one": a single loop over the keys up to the diagonal, every block masked
+    # "one": a single loop over the keys up to the diagonal, every block masked; "one_where": the same with the
+    # cheaper mask; "diag" / "diag_first": the diagonal block as straight-line code after / before one loop
+    # (Triton 3.6's warp specialization fails on both, as on "split", when compiled for sm_90)
 
 
 PERSIST_PER_SM = 1
@@ -194,6 +234,13 @@ VARIANTS = [
     # setmaxnreg, 12 warps in all)
     _v("ws_dev_128x128_w4s2", D128, "the tutorial's Hopper path: device descriptors + warp_specialize, 4 warps",
        desc="device", ws=True, warps=4, stages=2, causal_loops=ONE),
+    _v("ws_dev_128x128_w4s2_where", D128, "as ws_dev_128x128_w4s2; causal: the mask as a select to -inf before the "
+       "unmasked FMA (a compare and a select per score, not a compare, a select, a multiply, an add and a "
+       "subtract)", desc="device", ws=True, warps=4, stages=2, causal_loops="one_where"),
+    _v("ws_dev_128x128_w4s2_branch", D128, "as ws_dev_128x128_w4s2_where, the select taken only in a block that "
+       "crosses the diagonal (a uniform branch per block)", desc="device", ws=True, warps=4, stages=2,
+       causal_loops="one_branch"),
+    _v("tma_128x128_w8s3_where", D128, "as tma_128x128_w8s3_one with the select-to--inf mask", causal_loops="one_where"),
     _v("ws_dev_128x128_w4s2_split", D128, "as ws_dev_128x128_w4s2 with the tutorial's two causal loops (expected "
        "to fail when causal)", desc="device", ws=True, warps=4, stages=2),
     _v("ws_dev_128x64_w4s3", D128, "warp_specialize, 4 warps, 128x64", desc="device", ws=True, block_n=64,
