@@ -2,11 +2,12 @@
 
     python tests/gpu_runs/i29_matmul_sweep.py OUT.json [--budget S]     # a Hopper GPU, about S seconds
     python tests/gpu_runs/i29_matmul_sweep.py --cpu-check               # every kernel under TRITON_INTERPRET=1
+    python tests/gpu_runs/compile_sm90.py                               # no GPU: sm_90a regs, spills, shared
 
 Development tool, not a course figure. The control is the lab's own code: the cells tagged ``lab2-kernel`` of
 the instructor notebook (``notebook``: ``matmul_tma`` autotuned as the lab runs it; ``nb#i``: its kernel with
 the i-th of ``TMA_CANDIDATES`` forced, to see what the autotuner leaves on the table). Candidates, each a
-small :class:`Variant` (a tile and a few switches) of two kernels defined here:
+small :class:`Variant` (a tile and a few switches) of three kernels defined here:
 
 * ``persistent_kernel``: the notebook's persistent TMA kernel with the ragged edge handled either way round.
   ``rows`` is the notebook's HALF (a last row of tiles at most half full runs as short tiles, dealt to the
@@ -18,6 +19,12 @@ small :class:`Variant` (a tile and a few switches) of two kernels defined here:
 * ``streamk_kernel``: data-parallel whole waves, then the last partial wave plus one full wave split by k-steps
   over all programs; partial sums in an fp32 workspace, the last program to finish a tile adds them
   (docs/KERNEL_NOTES.md, 2026-11-25, with the notebook's B copy and split C store).
+* ``twodot_kernel``: the persistent kernel on a tile whose width is not a power of two (Triton's blocks must
+  be), built as two dots that share the A block: BLOCK_M x (WA + WB), e.g. 256 x (128 + 32). The point is
+  wave quantization at 5000^3 on 132 SMs: 128 x 256 tiles are 40 x 20 = 800 = 6.06 waves (7 waves, the last
+  one 6% full); 256 x 160 and 128 x 320 are 640 tiles = 4.85 waves (5 waves, 97% full; with the padding
+  past 5000, 92.5% of the issued work is useful against 82.6%). cuBLAS runs 256 x 152 there (660 tiles,
+  exactly 5 waves). B (the notebook's ``line_aligned`` copy) and C each get two descriptors, one per width.
 
 Per shape (5000^3 first), every variant's output is checked against ``torch.matmul`` (a wrong one is
 reported, never timed); the others are timed with cuBLAS by :func:`mlsys.bench.timing.time_interleaved`
@@ -56,9 +63,11 @@ from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: E402
 
 GPU_SHAPES = [(5000, 5000, 5000), (8192, 8192, 512), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192),
               (3000, 5000, 7000)]
-# M x N x K, dtype: ragged in M, N, K and both (fp32 where fp16 rows would not be 16-byte aligned for TMA)
+# M x N x K, dtype: ragged in M, N, K and both (fp32 where fp16 rows would not be 16-byte aligned for TMA);
+# the last two: N below the twodot variants' first width (32 or 64 at the interpreter's 1/4 scale)
 CPU_SHAPES = [(40, 72, 100, torch.float32), (72, 40, 100, torch.float32), (100, 68, 52, torch.float32),
-              (24, 48, 40, torch.float32), (50, 68, 36, torch.float32), (60, 136, 48, torch.float16)]
+              (24, 48, 40, torch.float32), (50, 68, 36, torch.float32), (60, 136, 48, torch.float16),
+              (36, 12, 52, torch.float32), (70, 8, 56, torch.float16)]
 DRY_SHAPES = [(40, 72, 96), (60, 136, 48), (64, 64, 64)]  # --dry-run: the GPU run's code path, interpreted
 HOST_GAP_S = 150e-6  # as the lab2_matmul record: the wrappers' Python stays out of the timed span
 
@@ -138,6 +147,37 @@ def persistent_kernel(a_desc, ae_desc, b_desc, be_desc, c_desc, ce_desc, M, N, K
 
 
 @triton.jit
+def twodot_kernel(a_desc, b1_desc, b2_desc, c1_desc, c2_desc, M, N, K,
+                  BLOCK_M: tl.constexpr, BLOCK_NA: tl.constexpr, BLOCK_NB: tl.constexpr, BLOCK_K: tl.constexpr,
+                  GROUP_M: tl.constexpr, NUM_SMS: tl.constexpr, SUBTILE: tl.constexpr, FLATTEN: tl.constexpr,
+                  WARP_SPECIALIZE: tl.constexpr):
+    """Persistent, as ``persistent_kernel`` with EDGE 0, on tiles BLOCK_M x (BLOCK_NA + BLOCK_NB): a width
+    that need not be a power of two, as two dots sharing the A block (acc1 += A @ B[:, n0:n0+NA], acc2 +=
+    A @ B[:, n0+NA:n0+NA+NB]). b1/b2 and c1/c2 are descriptors of the same B and C with the two block widths;
+    TMA zero-fills loads and clips stores past the edges (a last tile may lie wholly or partly outside N)."""
+    BLOCK_N: tl.constexpr = BLOCK_NA + BLOCK_NB
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    k_tiles = tl.cdiv(K, BLOCK_K)
+    tile_c = tl.program_id(0) - NUM_SMS
+    for tile in tl.range(tl.program_id(0), num_pid_m * num_pid_n, NUM_SMS, flatten=FLATTEN,
+                         warp_specialize=WARP_SPECIALIZE):
+        pid_m, pid_n = tile_position(tile, num_pid_m, num_pid_n, GROUP_M)
+        acc1 = tl.zeros((BLOCK_M, BLOCK_NA), dtype=tl.float32)
+        acc2 = tl.zeros((BLOCK_M, BLOCK_NB), dtype=tl.float32)
+        for ks in range(k_tiles):
+            a = a_desc.load([pid_m * BLOCK_M, ks * BLOCK_K])
+            b1 = b1_desc.load([ks * BLOCK_K, pid_n * BLOCK_N])
+            b2 = b2_desc.load([ks * BLOCK_K, pid_n * BLOCK_N + BLOCK_NA])
+            acc1 = tl.dot(a, b1, acc1)
+            acc2 = tl.dot(a, b2, acc2)
+        tile_c += NUM_SMS
+        pid_m, pid_n = tile_position(tile_c, num_pid_m, num_pid_n, GROUP_M)
+        store_tile(c1_desc, acc1, pid_m * BLOCK_M, pid_n * BLOCK_N, BLOCK_NA, SUBTILE)
+        c2_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N + BLOCK_NA], acc2.to(c2_desc.dtype))
+
+
+@triton.jit
 def streamk_kernel(a_desc, b_desc, c_desc, ws_ptr, count_ptr, M, N, K,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
                    NUM_SMS: tl.constexpr, SUBTILE: tl.constexpr, FLATTEN: tl.constexpr,
@@ -207,8 +247,9 @@ def streamk_kernel(a_desc, b_desc, c_desc, ws_ptr, count_ptr, M, N, K,
 @dataclass(frozen=True)
 class Variant:
     """One line of the table. kind: torch | notebook (autotuned matmul_tma) | nbcfg (the notebook's kernel,
-    its candidate ``cfg`` forced) | persistent | streamk. tile: (BLOCK_M, BLOCK_N, BLOCK_K, stages, warps,
-    SUBTILE, FLATTEN, WARP_SPECIALIZE), as the notebook's TMA_CANDIDATES."""
+    its candidate ``cfg`` forced) | persistent | streamk | twodot. tile: (BLOCK_M, BLOCK_N, BLOCK_K, stages,
+    warps, SUBTILE, FLATTEN, WARP_SPECIALIZE), as the notebook's TMA_CANDIDATES; for twodot BLOCK_N is the
+    whole width WA + WB, ``wb`` the second dot's (WA = BLOCK_N - wb; both powers of two)."""
     name: str
     kind: str
     tile: tuple = ()
@@ -217,6 +258,7 @@ class Variant:
     copy_b: bool = True  # the notebook's line_aligned(b) first (a copy only where B's rows are not 128-byte aligned)
     group_m: int = 8
     cfg: int = -1
+    wb: int = 0  # twodot: width of the second dot's block
     why: str = ""
 
 
@@ -250,6 +292,22 @@ def gpu_variants(nb) -> list[Variant]:
                 why="(a) DP waves + stream-K tail, fp32 workspace fix-up"),
         Variant("streamk 256x128 flat", "streamk", t256, why="(a) the same with 256-row tiles"),
     ]
+    # (d) widths that are not powers of two, as two dots sharing A (twodot_kernel): 640 tiles at 5000^3 = 4.85
+    # waves, not 800 = 6.06. 8 warps: two warpgroups, each 128 x 160 (or 64 x 320) fp32 accumulators.
+    # sm_90a with triton 3.6 (compile_sm90.py, no GPU): 190-198 registers, no spills, 209-221 KB of the 227 KB
+    # of shared memory; BLOCK_K 64 with 4 stages does not fit (256 KB: the staged C adds 48 KB), BLOCK_K 32
+    # with 6 stages does. 128 x 160 (1280 tiles, 9.70 waves) left out: 128 x 128 tiles already lose (0.73).
+    d = "twodot"
+    out += [
+        Variant("256x160 (128+32) s3", d, (256, 160, 64, 3, 8, True, False, False), wb=32,
+                why="(d) cuBLAS-like tile (its 256x152): 20 x 32 = 640 tiles, 4.85 waves"),
+        Variant("256x160 (128+32) s3 flat", d, (256, 160, 64, 3, 8, True, True, False), wb=32,
+                why="(d) the same, one software pipeline over all of a program's tiles (nb#1's switch)"),
+        Variant("256x160 (128+32) k32 s6", d, (256, 160, 32, 6, 8, True, False, False), wb=32,
+                why="(d) the same shared memory as 6 stages of BLOCK_K 32: a deeper pipeline"),
+        Variant("128x320 (256+64) s3", d, (128, 320, 64, 3, 8, True, False, False), wb=64,
+                why="(d) 40 x 16 = 640 tiles, 4.85 waves, the notebook's 128-row, 64-row-per-warpgroup shape"),
+    ]
     return out
 
 
@@ -262,11 +320,13 @@ def variants_for(nb) -> list[Variant]:
 
 
 def cpu_variant(v: Variant) -> Variant:
-    """The same variant with an interpreter-sized tile (1/8 of each side, BLOCK_K 16)."""
+    """The same variant with an interpreter-sized tile (1/8 of each side, BLOCK_K 16; twodot 1/4, so that its
+    second block keeps the 16 bytes a row TMA needs: 256 x (128 + 32) runs as 64 x (32 + 8))."""
     if not v.tile or v.kind == "nbcfg":
         return v
     bm, bn, bk, s, w, sub, flat, ws = v.tile
-    return Variant(**{**asdict(v), "tile": (bm // 8, bn // 8, 16, s, w, sub, flat, ws)})
+    f = 4 if v.kind == "twodot" else 8
+    return Variant(**{**asdict(v), "tile": (bm // f, bn // f, 16, s, w, sub, flat, ws), "wb": v.wb // f})
 
 
 def pow2_at_least(x: int) -> int:
@@ -325,6 +385,21 @@ def make_fn(v: Variant, nb, a, b):
                                  TensorDescriptor.from_tensor(c, [bm, cw]), ws_buf, counts, M, N, K, **common)
             return c
         return streamk, {}
+    if v.kind == "twodot":
+        wa = bn - v.wb
+        common = {**common, "BLOCK_NA": wa, "BLOCK_NB": v.wb}
+        del common["BLOCK_N"]
+
+        def twodot():
+            c = torch.empty((M, N), device=a.device, dtype=a.dtype)
+            bb = nb.line_aligned(b) if v.copy_b else b
+            descs = [TensorDescriptor.from_tensor(t, blk) for t, blk in
+                     ((a, [bm, bk]), (bb, [bk, wa]), (bb, [bk, v.wb]), (c, [bm, wa // 2 if sub else wa]),
+                      (c, [bm, v.wb]))]
+            grid = (min(num_sms, triton.cdiv(M, bm) * triton.cdiv(N, bn)),)
+            twodot_kernel[grid](*descs, M, N, K, **common)
+            return c
+        return twodot, {"tiles": triton.cdiv(M, bm) * triton.cdiv(N, bn)}
     edge, size = edge_plan(v, M, N)
 
     def persistent():
@@ -410,7 +485,7 @@ def precompile(variants: list[Variant], shape_ids: list[int], deadline_s: float,
     """Run the (shape, variant) pairs in worker processes until done or ``deadline_s``; return their records."""
     # one worker per variant at a time (all shapes: each specialisation compiled once, by one process); the
     # notebook's autotuned wrapper (Exercise 4's grouped kernel at 2048^3 first) on a worker of its own
-    groups = [[(s, v.name) for s in shape_ids] for v in variants if v.kind in ("nbcfg", "persistent", "streamk")]
+    groups = [[(s, v.name) for s in shape_ids] for v in variants if v.kind in ("nbcfg", "persistent", "streamk", "twodot")]
     notebook = sorted([(s, "notebook") for s in shape_ids], key=lambda p: shapes()[p[0]] != (2048, 2048, 2048))
     n = max(1, min(12, (os.cpu_count() or 2) - 2))
     work = [[] for _ in range(n)]
