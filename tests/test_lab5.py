@@ -190,6 +190,35 @@ def test_reference_makes_no_library_calls():
     grading.assert_no_library_calls(attention, forbidden=grading.FORBIDDEN_TORCH_OPS)
 
 
+# ------------------------------------------------------------------------------ the optional fast kernel
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize(("batch", "heads", "n", "d"), [(1, 2, 256, 64), (2, 5, 128, 128)])
+def test_fast_kernel_matches_pytorch(batch, heads, n, d, causal):
+    """ws_attention_kernel itself (the Hopper path of fast_attention), under the interpreter on a CPU: 2 and 10
+    heads take the causal tile order's partial group of heads (ZH % 8) and a full one plus a partial one; N of
+    one and two 128-row blocks; keys far from the queries' scale, so the running max moves."""
+    if DEVICE != "cpu":
+        pytest.skip("on a GPU the fast path needs Hopper; this checks the arithmetic under the interpreter")
+    gen = torch.Generator().manual_seed(n + d + heads + int(causal))
+    q, k, v = (torch.randn(batch, heads, n, d, generator=gen) for _ in range(3))
+    k = k * 3
+    out = kernels["ws_attention"](q, k, v, causal)
+    grading.assert_close(out, F.scaled_dot_product_attention(q, k, v, is_causal=causal), rtol=1e-4, atol=1e-5)
+
+
+def test_fast_attention_runs_the_exercise_kernel_off_hopper_and_refuses_other_shapes():
+    """Off Hopper (here: a CPU) fast_attention is attention itself, at any size; ws_attention refuses a
+    sequence that is not a multiple of its block and a head dim it was not built for, by name."""
+    q, k, v = (torch.randn(1, 2, 33, 32, device=DEVICE) for _ in range(3))
+    assert torch.equal(kernels["fast_attention"](q, k, v, True), attention(q, k, v, True))
+    with pytest.raises(ValueError, match="multiple of 128"):
+        kernels["ws_attention"](*(torch.randn(1, 1, 200, 64) for _ in range(3)))
+    with pytest.raises(ValueError, match="head_dim 64 or 128"):
+        kernels["ws_attention"](*(torch.randn(1, 1, 128, 32) for _ in range(3)))
+
+
 # ------------------------------------------------------------------------------ the online softmax
 
 

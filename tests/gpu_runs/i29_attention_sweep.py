@@ -159,7 +159,7 @@ def _query_block(desc_q, desc_k, desc_v, desc_o, off_hz, start_m, N_CTX, qk_scal
 @triton.jit
 def attn_fwd(desc_q, desc_k, desc_v, desc_o, ZH, N_CTX, qk_scale, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
              BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, WS: tl.constexpr, DEVICE_DESC: tl.constexpr,
-             PERSISTENT: tl.constexpr, CAUSAL_LOOPS: tl.constexpr):
+             PERSISTENT: tl.constexpr, CAUSAL_LOOPS: tl.constexpr, HEAD_GROUP: tl.constexpr = 0):
     """O = softmax(Q K^T * scale) V. Q, K, V, O: contiguous [B, H, N_CTX, HEAD_DIM] (ZH = B * H), given as
     host TensorDescriptors of the [ZH * N_CTX, HEAD_DIM] view or, with DEVICE_DESC, as pointers.
     N_CTX must be a multiple of BLOCK_M and BLOCK_M of BLOCK_N. Grid: (N_CTX / BLOCK_M, ZH), or with
@@ -171,13 +171,29 @@ def attn_fwd(desc_q, desc_k, desc_v, desc_o, ZH, N_CTX, qk_scale, HEAD_DIM: tl.c
         desc_v = tl.make_tensor_descriptor(desc_v, [rows, HEAD_DIM], [HEAD_DIM, 1], [BLOCK_N, HEAD_DIM])
         desc_o = tl.make_tensor_descriptor(desc_o, [rows, HEAD_DIM], [HEAD_DIM, 1], [BLOCK_M, HEAD_DIM])
     n_m = N_CTX // BLOCK_M
-    if PERSISTENT:
-        for tile in tl.range(tl.program_id(0), ZH * n_m, tl.num_programs(0)):
-            start_m = tile % n_m
-            if CAUSAL:  # as the lab: the longest query blocks of each head first
-                start_m = n_m - 1 - start_m
-            _query_block(desc_q, desc_k, desc_v, desc_o, tile // n_m, start_m, N_CTX, qk_scale, HEAD_DIM,
-                         BLOCK_M, BLOCK_N, CAUSAL, False, CAUSAL_LOOPS)
+    if PERSISTENT:  # WS == 1: the outer loop over query blocks specialized (as Triton's Blackwell tutorial);
+        # WS == 2: the inner key loop; causal: the longest query blocks of every head first (tile order
+        # head-fastest), so the programs' last tiles are the short ones
+        for tile in tl.range(tl.program_id(0), ZH * n_m, tl.num_programs(0), warp_specialize=WS == 1):
+            if CAUSAL and HEAD_GROUP > 0:  # heads in groups of HEAD_GROUP (the last group may be smaller); in a
+                # group, the longest query blocks of its heads first: the programs running at once read the K
+                # and V of a few heads (L2 hits), and round-robin dealing keeps their work within a few per cent
+                full = (ZH // HEAD_GROUP) * HEAD_GROUP * n_m
+                in_full = tile < full
+                gsize = tl.where(in_full, HEAD_GROUP, ZH % HEAD_GROUP)
+                group = tl.where(in_full, tile // (HEAD_GROUP * n_m), ZH // HEAD_GROUP)
+                r = tl.where(in_full, tile % (HEAD_GROUP * n_m), tile - full)
+                start_m = n_m - 1 - r // gsize
+                off_hz = group * HEAD_GROUP + r % gsize
+            elif CAUSAL:  # every head's longest query block first, then the next level (132 programs read
+                # 128 heads' K and V at once)
+                start_m = n_m - 1 - tile // ZH
+                off_hz = tile % ZH
+            else:
+                start_m = tile % n_m
+                off_hz = tile // n_m
+            _query_block(desc_q, desc_k, desc_v, desc_o, off_hz, start_m, N_CTX, qk_scale, HEAD_DIM,
+                         BLOCK_M, BLOCK_N, CAUSAL, WS == 2, CAUSAL_LOOPS)
     else:
         start_m = tl.program_id(0)
         if CAUSAL:
@@ -200,8 +216,10 @@ class Variant:
     warps: int = 8
     stages: int = 3
     desc: str = "host"  # "host": TensorDescriptor; "device": tl.make_tensor_descriptor in the kernel
-    ws: bool = False  # tl.range(..., warp_specialize=True) on the key loop
+    ws: int = 0  # 1 (True): tl.range(..., warp_specialize=True) on the key loop, or with persistent on the loop
+    # over query blocks; 2 with persistent: on the key loop
     persistent: bool = False  # grid of PERSIST_PER_SM programs per SM, each looping over query blocks
+    head_group: int = 0  # persistent, causal: tiles ordered in groups of this many heads (0: every head at once)
     causal_loops: str = "split"  # "split": an unmasked loop, then the diagonal block masked (the tutorial);
     # "one": a single loop over the keys up to the diagonal, every block masked; "one_where": the same with the
     # cheaper mask; "diag" / "diag_first": the diagonal block as straight-line code after / before one loop
@@ -240,6 +258,20 @@ VARIANTS = [
     _v("ws_dev_128x128_w4s2_branch", D128, "as ws_dev_128x128_w4s2_where, the select taken only in a block that "
        "crosses the diagonal (a uniform branch per block)", desc="device", ws=True, warps=4, stages=2,
        causal_loops="one_branch"),
+    _v("ws_persist_outer", D128, "persistent grid (one program per SM, longest causal blocks first), the outer "
+       "loop over query blocks warp-specialized, as Triton's Blackwell tutorial: one block's epilogue and the "
+       "next one's loads may overlap", desc="device", ws=1, warps=4, stages=2, persistent=True,
+       causal_loops="one_where"),
+    _v("ws_persist_outer_g8", D128, "as ws_persist_outer; causal tiles in groups of 8 heads (their K and V fit "
+       "the L2)", desc="device", ws=1, warps=4, stages=2, persistent=True, causal_loops="one_where", head_group=8),
+    _v("ws_persist_inner_g8", D128, "as ws_persist_inner, causal tiles in groups of 8 heads", desc="device", ws=2,
+       warps=4, stages=2, persistent=True, causal_loops="one_where", head_group=8),
+    _v("ws_persist_outer_g8_d64", D64, "ws_persist_outer_g8 at D = 64", desc="device", ws=1, warps=4, stages=2,
+       persistent=True, causal_loops="one_where", head_group=8),
+    _v("ws_persist_outer_g8_d64_s3", D64, "the same with 3 stages (D = 64 leaves the shared memory for it)",
+       desc="device", ws=1, warps=4, stages=3, persistent=True, causal_loops="one_where", head_group=8),
+    _v("ws_persist_inner", D128, "persistent grid, the inner key loop warp-specialized", desc="device", ws=2, warps=4,
+       stages=2, persistent=True, causal_loops="one_where"),
     _v("tma_128x128_w8s3_where", D128, "as tma_128x128_w8s3_one with the select-to--inf mask", causal_loops="one_where"),
     _v("ws_dev_128x128_w4s2_split", D128, "as ws_dev_128x128_w4s2 with the tutorial's two causal loops (expected "
        "to fail when causal)", desc="device", ws=True, warps=4, stages=2),
@@ -271,7 +303,8 @@ def config_of(v: Variant) -> dict[str, Any]:
     if v.lab:
         return {"kernel": "notebook attention_kernel (autotuned, pruned)"}
     return {"BLOCK_M": v.block_m, "BLOCK_N": v.block_n, "num_warps": v.warps, "num_stages": v.stages,
-            "descriptors": v.desc, "warp_specialize": v.ws, "persistent": v.persistent, "causal_loops": v.causal_loops}
+            "descriptors": v.desc, "warp_specialize": v.ws, "persistent": v.persistent, "causal_loops": v.causal_loops,
+            "head_group": v.head_group}
 
 
 _LAB: dict[str, Any] = {}
@@ -322,7 +355,8 @@ def make_runner(v: Variant, q: torch.Tensor, k: torch.Tensor, val: torch.Tensor,
     def run():
         kernel = attn_fwd[grid](*descs, b * h, n, qk_scale, HEAD_DIM=d, BLOCK_M=v.block_m, BLOCK_N=v.block_n,
                                 CAUSAL=causal, WS=v.ws, DEVICE_DESC=v.desc == "device", PERSISTENT=v.persistent,
-                                CAUSAL_LOOPS=v.causal_loops, num_warps=v.warps, num_stages=v.stages)
+                                CAUSAL_LOOPS=v.causal_loops, HEAD_GROUP=v.head_group, num_warps=v.warps,
+                                num_stages=v.stages)
         if not info and kernel is not None and q.is_cuda:
             for key in ("n_regs", "n_spills"):
                 try:
