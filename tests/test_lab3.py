@@ -351,11 +351,11 @@ def test_lab3_experiment_quick_run_on_the_cpu():
 @pytest.mark.parametrize(("slug", "name"), [("nvidia-h100-80gb-hbm3", "NVIDIA H100 80GB HBM3"),
                                           ("nvidia-h200", "NVIDIA H200")])
 def test_recorded_run_reaches_the_copy_bandwidth_at_the_graded_shapes(slug, name):
-    """The H100 record (2026-11-27) and the H200 record (2026-11-25): the fused element-wise kernel and the
-    softmax at the graded shapes (perf.toml) within 5% of the copy measured beside them, in every round of the
-    softmax's spread, idle or not. The lowest shares the record keeps are the minimum over every shape (the
-    fp16 softmax at 8192 x 4096 is the lowest on both: below 0.95, the issue's target is met at the graded
-    shapes only)."""
+    """The H100 and H200 records (2026-11-28, the softmax launched with 32 bytes of a row per thread): the fused
+    element-wise kernel and the softmax at the graded shapes (perf.toml) within 5% of the copy measured beside
+    them, in every round of the softmax's spread, idle or not. The lowest shares the record keeps are the
+    minimum over every shape, and they meet the issue's 0.95 too (with 16 warps on every long row, the fp16
+    softmax at 8192 x 4096 had been at 0.80 on the H200 and 0.94 on the H100)."""
     rec = json.loads((REPO / "data" / "measurements" / slug / "lab3_fusion.json").read_text())
     assert rec["device"]["name"] == name and not rec["quick"]
     data = rec["results"]
@@ -377,8 +377,7 @@ def test_recorded_run_reaches_the_copy_bandwidth_at_the_graded_shapes(slug, name
             nbytes = 2 * math.prod(r["shape"]) * {"fp32": 4, "fp16": 2}[r["dtype"]]
             shares.append(nbytes / r["triton"]["time"]["value"] / r["copy_bandwidth"]["value"])
         assert low[key] == pytest.approx(min(shares), rel=1e-9)
-    worst = min(data["softmax"], key=lambda r: r["triton"]["share_of_copy"])
-    assert (worst["dtype"], worst["shape"]) == ("fp16", [8192, 4096]) and low["softmax"] < 0.95
+    assert low["elementwise"] >= 0.95 and low["softmax"] >= 0.95
 
 
 def test_recorded_h200_copy_is_faster_than_the_h100s():
