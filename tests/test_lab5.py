@@ -8,6 +8,7 @@ implementation).
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from pathlib import Path
@@ -217,7 +218,7 @@ def test_causal_schedule_deals_every_query_block_once_and_evenly(zh, n_m):
     programs = min(132, zh * n_m)
     tiles, starts = ns["causal_schedule"](zh, n_m, programs)
     assert sorted(tiles) == list(range(zh * n_m)) and starts[0] == 0 and starts[-1] == zh * n_m
-    cost = [sum(t % n_m + 1 + ns["FIXED_COST"] for t in tiles[a:b]) for a, b in zip(starts, starts[1:])]
+    cost = [sum(t % n_m + 1 + ns["FIXED_COST"] for t in tiles[a:b]) for a, b in itertools.pairwise(starts)]
     assert len(cost) == programs
     if zh * n_m >= 8 * programs:
         assert max(cost) <= 1.05 * sum(cost) / programs
