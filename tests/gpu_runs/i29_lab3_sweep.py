@@ -66,23 +66,23 @@ def softmax_recip_kernel(x_ptr, out_ptr, n_cols, row_stride, BLOCK: tl.constexpr
     tl.store(out_ptr + row * row_stride + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
 
 
-def softmax_variants(ns: dict[str, Any]) -> dict[str, Any]:
-    """name -> f(x) launching the notebook's softmax kernel (or the recip one) with a given num_warps."""
-    def launcher(kernel: Any, warps: int | None):
-        def run(x: torch.Tensor) -> torch.Tensor:
-            out = torch.empty_like(x)
-            n_cols = x.shape[-1]
-            block = triton.next_power_of_2(n_cols)
-            w = warps if warps is not None else min(16, max(4, block // 256))
-            kernel[(x.numel() // n_cols,)](x, out, n_cols, n_cols, BLOCK=block, num_warps=w)
-            return out
-        return run
+def softmax_launcher(kernel: Any, warps: int):
+    """f(x): `kernel` (the notebook's softmax or the recip one) launched one program per row on `warps` warps."""
+    def run(x: torch.Tensor) -> torch.Tensor:
+        out = torch.empty_like(x)
+        n_cols = x.shape[-1]
+        kernel[(x.numel() // n_cols,)](x, out, n_cols, n_cols, BLOCK=triton.next_power_of_2(n_cols), num_warps=warps)
+        return out
+    return run
 
+
+def softmax_variants(ns: dict[str, Any]) -> dict[str, Any]:
+    """name -> f(x): the notebook's launcher, and its softmax kernel (or the recip one) on a given num_warps."""
     out = {"notebook": ns["fused_softmax"]}
     for w in (2, 4, 8, 16):
-        out[f"w{w}"] = launcher(ns["softmax_kernel"], w)
+        out[f"w{w}"] = softmax_launcher(ns["softmax_kernel"], w)
     for w in (4, 8, 16):
-        out[f"recip_w{w}"] = launcher(softmax_recip_kernel, w)
+        out[f"recip_w{w}"] = softmax_launcher(softmax_recip_kernel, w)
     return out
 
 
@@ -110,7 +110,7 @@ def elementwise_variants(ns: dict[str, Any]) -> dict[str, Any]:
 
 
 def measure(kind: str, shape: tuple[int, ...], dname: str, variants: dict[str, Any], device: str,
-            repeats: int) -> dict[str, Any]:
+            repeats: int, softmax_kernel: Any = None) -> dict[str, Any]:
     dtype = DTYPES[dname]
     x = torch.randn(shape, device=device, dtype=dtype) * (4 if kind == "softmax" else 1)
     if kind == "softmax":
@@ -118,7 +118,7 @@ def measure(kind: str, shape: tuple[int, ...], dname: str, variants: dict[str, A
         tol = dict(rtol=1e-5, atol=1e-6) if dtype == torch.float32 else dict(rtol=1e-2, atol=1e-3)
         variants = dict(variants)
         w = bytes_rule_warps(shape[-1], x.element_size())
-        variants["bytes_rule"] = lambda x, w=w: _launch_rule(x, w)  # 32 bytes of the row per thread
+        variants["bytes_rule"] = softmax_launcher(softmax_kernel, w)  # 32 bytes of the row per thread
     else:
         ref = (torch.relu(x.float()) * 0.5 + 1.0).to(dtype)
         tol = dict(rtol=1e-6, atol=1e-6) if dtype == torch.float32 else dict(rtol=1e-3, atol=1e-3)
@@ -147,18 +147,6 @@ def measure(kind: str, shape: tuple[int, ...], dname: str, variants: dict[str, A
     return row
 
 
-def _launch_rule(x: torch.Tensor, warps: int) -> torch.Tensor:
-    ns = _NS[0]
-    out = torch.empty_like(x)
-    n_cols = x.shape[-1]
-    ns["softmax_kernel"][(x.numel() // n_cols,)](x, out, n_cols, n_cols, BLOCK=triton.next_power_of_2(n_cols),
-                                                 num_warps=warps)
-    return out
-
-
-_NS: list[dict[str, Any]] = []
-
-
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("out")
@@ -167,7 +155,6 @@ def main() -> int:
     args = p.parse_args()
     device = "cpu" if args.cpu_check else "cuda"
     ns = lab3_fusion.load_kernels()
-    _NS.append(ns)
     sm, ew = softmax_variants(ns), elementwise_variants(ns)
     result: dict[str, Any] = {"script": "tests/gpu_runs/i29_lab3_sweep.py", "argv": sys.argv[1:],
                               "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -184,7 +171,7 @@ def main() -> int:
     cases = [("softmax", s, d, sm) for s, d in (CPU_SM if args.cpu_check else GPU_SM)]
     cases += [("elementwise", s, d, ew) for s, d in (CPU_EW if args.cpu_check else GPU_EW)]
     for kind, shape, dname, variants in cases:
-        row = measure(kind, shape, dname, variants, device, args.repeats)
+        row = measure(kind, shape, dname, variants, device, args.repeats, ns["softmax_kernel"])
         result["rows"].append(row)
         ok = {k: v for k, v in row["variants"].items() if v.get("status") == "ok"}
         bad = {k: v["error"][:100] for k, v in row["variants"].items() if v.get("status") != "ok"}
