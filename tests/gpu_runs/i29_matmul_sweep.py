@@ -312,11 +312,30 @@ def gpu_variants(nb) -> list[Variant]:
 
 
 def shapes() -> list[tuple[int, int, int]]:
-    return GPU_SHAPES if DEVICE == "cuda" else DRY_SHAPES
+    """The GPU shapes, or those of ``I29_SHAPES`` (``MxNxK,...``: an environment variable, so that the compile
+    workers see the same list)."""
+    if DEVICE != "cuda":
+        return DRY_SHAPES
+    chosen = os.environ.get("I29_SHAPES")
+    if not chosen:
+        return GPU_SHAPES
+    try:
+        return [tuple(int(x) for x in s.split("x")) for s in chosen.split(",")]  # type: ignore[misc]
+    except ValueError:
+        sys.exit(f"I29_SHAPES: expected MxNxK[,MxNxK...] (e.g. 5000x5000x4992), got {chosen!r}")
 
 
 def variants_for(nb) -> list[Variant]:
-    return gpu_variants(nb) if DEVICE == "cuda" else [cpu_variant(v) for v in gpu_variants(nb)]
+    """Every variant, or those named in ``I29_VARIANTS`` (comma-separated names; ``cublas`` always runs)."""
+    out = gpu_variants(nb) if DEVICE == "cuda" else [cpu_variant(v) for v in gpu_variants(nb)]
+    chosen = os.environ.get("I29_VARIANTS")
+    if not chosen:
+        return out
+    names = {"cublas", *chosen.split(",")}
+    unknown = names - {v.name for v in out}
+    if unknown:
+        sys.exit(f"I29_VARIANTS: unknown {sorted(unknown)}; expected some of {[v.name for v in out]}")
+    return [v for v in out if v.name in names]
 
 
 def cpu_variant(v: Variant) -> Variant:
