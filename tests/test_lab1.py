@@ -176,6 +176,7 @@ def test_a_typed_roof_passes_the_visible_test_and_fails_the_grader_measurement()
         exec(compile(_cells()["test_measured_roof"], "<lab1 cell test_measured_roof>", "exec"), ns)
 
 
+@pytest.mark.slow  # two roofs measured, three times each when refused
 def test_roof_check_bounds_against_this_machine():
     # the grader's own figures, taken here, bound what it accepts: 3x faster or 20x slower is refused
     from mlsys import Q_
@@ -195,6 +196,7 @@ def test_roof_check_bounds_against_this_machine():
         check_roof_measured_here(Roof(Q_(30 * peak, "FLOP/s"), Q_(bw * 30, "byte/s"), "typed"))  # both named
 
 
+@pytest.mark.slow  # two processes keep both cores busy while the grader measures
 def test_roof_check_holds_an_honest_roof_on_a_busy_machine():
     # the learner measured an idle machine; the grader measures while two other processes keep both cores
     # busy (as when submissions are graded side by side): a busy machine only slows the grader's calls, so
