@@ -231,3 +231,36 @@ def test_macs_cost_only_the_matmul_counts_exercise():
     for gid in ("test_add_sum_counts", "test_norm_softmax_counts", "test_classify"):
         src = _cells()[gid]
         exec(compile(src, f"<lab1 cell {gid}>", "exec"), ns)
+
+
+def test_roof_check_measures_again_only_when_the_roof_looks_too_fast(monkeypatch):
+    # a slowed measurement can only make a roof look too fast: that refusal is retried (three measurements in
+    # all, the fastest kept), a too-slow roof is refused after one, and a roof within bounds costs one
+    from mlsys import Q_
+    from mlsys.bench import micro
+    from mlsys.course.checks import check_roof_measured_here
+    from mlsys.roofline import Roof
+
+    seen = []
+    figures = iter([(1e9, 1e9), (2e9, 1e9), (4e9, 1e9)])  # each measurement faster than the last
+
+    def fake_quick_roof(device):
+        seen.append(device)
+        return next(figures)
+
+    monkeypatch.setattr(micro, "quick_roof", fake_quick_roof)
+    check_roof_measured_here(Roof(Q_(10e9, "FLOP/s"), Q_(1e9, "byte/s"), "measured"))  # 10 > 3 x 1e9 and 3 x 2e9
+    assert len(seen) == 3  # passes on the third: 10e9 <= 3 x 4e9
+
+    seen.clear()
+    figures = iter([(1e9, 1e9)] * 3)
+    with pytest.raises(GradingError, match=r"peak \(fp32 matmul\) is 1e-05 TFLOP/s, this machine's 0.001 TFLOP/s "
+                                           r"\(0.01 times that\)"):
+        check_roof_measured_here(Roof(Q_(1e7, "FLOP/s"), Q_(1e9, "byte/s"), "typed"))  # 100x slower: beyond 20x
+    assert len(seen) == 1
+
+    seen.clear()
+    figures = iter([(1e9, 1e9)] * 3)
+    with pytest.raises(GradingError, match=r"memory bandwidth \(copy\) is 5 GB/s, this machine.s 1 GB/s \(5 times that\)"):
+        check_roof_measured_here(Roof(Q_(1e9, "FLOP/s"), Q_(5e9, "byte/s"), "typed"))
+    assert len(seen) == 3
