@@ -176,17 +176,23 @@ def test_a_typed_roof_passes_the_visible_test_and_fails_the_grader_measurement()
         exec(compile(_cells()["test_measured_roof"], "<lab1 cell test_measured_roof>", "exec"), ns)
 
 
+def _learners_cpu_roof() -> tuple[float, float]:
+    """(peak FLOP/s, bandwidth byte/s) of this CPU as the learner's notebook measures them (medians of its quick
+    sizes, with the burst/sustained run)."""
+    from mlsys.bench import micro
+
+    sizes = micro.sizes_for("cpu", quick=True)
+    return micro.matmul_throughput("cpu", sizes, "fp32")["value"], micro.copy_bandwidth("cpu", sizes)["value"]
+
+
 @pytest.mark.slow  # two roofs measured, three times each when refused
 def test_roof_check_bounds_against_this_machine():
     # the grader's own figures, taken here, bound what it accepts: 3x faster or 20x slower is refused
     from mlsys import Q_
-    from mlsys.bench import micro
     from mlsys.course.checks import check_roof_measured_here
     from mlsys.roofline import Roof
 
-    sizes = micro.sizes_for("cpu", quick=True)  # the learner's own call (with its burst/sustained run)
-    peak = micro.matmul_throughput("cpu", sizes, "fp32")["value"]
-    bw = micro.copy_bandwidth("cpu", sizes)["value"]
+    peak, bw = _learners_cpu_roof()
     check_roof_measured_here(Roof(Q_(peak, "FLOP/s"), Q_(bw, "byte/s"), "measured"))
     with pytest.raises(GradingError, match="peak"):  # 30x: beyond 3x even if the machine were 10x busier now
         check_roof_measured_here(Roof(Q_(30 * peak, "FLOP/s"), Q_(bw, "byte/s"), "typed"))
@@ -205,13 +211,10 @@ def test_roof_check_holds_an_honest_roof_on_a_busy_machine():
     import sys
 
     from mlsys import Q_
-    from mlsys.bench import micro
     from mlsys.course.checks import check_roof_measured_here
     from mlsys.roofline import Roof
 
-    sizes = micro.sizes_for("cpu", quick=True)
-    peak = micro.matmul_throughput("cpu", sizes, "fp32")["value"]
-    bw = micro.copy_bandwidth("cpu", sizes)["value"]
+    peak, bw = _learners_cpu_roof()
     spin = "import torch, time\nt = time.time()\nwhile time.time() - t < 60:\n    torch.randn(512, 512) @ torch.randn(512, 512)\n"
     busy = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(2)]
     try:

@@ -859,18 +859,15 @@ def check_roof_measured_here(roof: Any, *, faster: float = 3.0, slower: float = 
     names = (f"peak ({roof_dtype(device)} matmul)", "memory bandwidth (copy)")
     units = (("TFLOP/s", 1e12), ("GB/s", 1e9))
 
-    def off(here: tuple[float, ...]) -> list[int]:
-        return [i for i in range(2) if not (here[i] / slower <= claimed[i] <= here[i] * faster)]
-
-    def too_fast(here: tuple[float, ...]) -> bool:  # the only refusal that a slowed measurement can cause
-        return any(claimed[i] > here[i] * faster for i in range(2))
+    def too_fast(here: tuple[float, ...]) -> list[int]:  # the only refusal that a slowed measurement can cause
+        return [i for i in range(2) if claimed[i] > here[i] * faster]
 
     here: tuple[float, ...] = quick_roof(device)
     for _ in range(tries - 1):
         if not too_fast(here):
             break
         here = tuple(max(a, b) for a, b in zip(here, quick_roof(device), strict=True))
-    bad = off(here)
+    bad = sorted(too_fast(here) + [i for i in range(2) if claimed[i] < here[i] / slower])
     if bad:
         parts = [f"your roof's {names[i]} is {claimed[i] / units[i][1]:.4g} {units[i][0]}, this machine's "
                  f"{here[i] / units[i][1]:.4g} {units[i][0]} ({claimed[i] / here[i]:.3g} times that)" for i in bad]
