@@ -30,7 +30,7 @@ from .datafile import read_toml
 from .units import Q_, DimensionError, as_quantity, require_count
 
 __all__ = ["TERMS", "COMMITMENTS", "Quote", "Grid", "CostDataError", "DATA_FILE", "data_file", "load",
-           "quotes", "rate", "grid", "cost_of", "chips_to_hold", "tensor_parallel_degree", "ServingCost",
+           "quotes", "rate", "grid", "cost_of", "chips_to_hold", "tensor_parallel_degree", "serving_degree", "ServingCost",
            "serving_cost", "TrainingCost", "training_cost"]
 
 DATA_FILE = Path(__file__).with_name("data") / "costs.toml"
@@ -269,17 +269,31 @@ def chips_to_hold(need: object, accelerator: object, usable: float = 0.9) -> int
     return max(1, math.ceil((n / (usable * acc.memory_capacity)).to("").m))
 
 
-def tensor_parallel_degree(chips: int, heads: int, accelerator: object) -> int | None:
+def tensor_parallel_degree(chips: int, heads: int) -> int | None:
     """The smallest tensor-parallel degree ``>= chips`` that divides ``heads`` (each chip takes whole
-    heads), or ``None`` if the accelerator has no chip-to-chip link to split a model over (or no
-    such degree exists). 1 chip needs no link."""
-    acc = hardware.get(accelerator) if isinstance(accelerator, str) else accelerator
+    heads), or ``None`` if no such degree exists (more chips than heads).
+
+    Whether the chips have a link fast enough to make the split worthwhile is a separate question
+    (:attr:`mlsys.hardware.Accelerator.interconnect`); a link missing from the data file is a gap in
+    the data, not a chip that cannot be split."""
     chips, heads = require_count(chips, "chips"), require_count(heads, "heads")
-    if chips == 1:
-        return 1
-    if acc.interconnect_bandwidth is None:
-        return None
     return next((d for d in range(chips, heads + 1) if heads % d == 0), None)
+
+
+def serving_degree(model: object, accelerator: object, context: int, batch: int, dtype: str = "bf16",
+                   usable: float = 0.9) -> int | None:
+    """The smallest tensor-parallel degree (a divisor of the query heads) at which one chip holds its
+    share: ``resident_bytes_per_chip(t) <= usable * capacity``, with key/value heads copied past
+    their count (:func:`mlsys.serving.resident_bytes_per_chip`); ``None`` if no degree fits."""
+    from . import serving, transformer
+
+    acc = hardware.get(accelerator) if isinstance(accelerator, str) else accelerator
+    if not 0 < usable <= 1:
+        raise ValueError(f"usable={usable!r}; expected a share of memory in (0, 1]")
+    m = transformer.get_model(model)
+    room = usable * acc.memory_capacity
+    return next((t for t in range(1, m.heads + 1) if m.heads % t == 0
+                 and serving.resident_bytes_per_chip(m, context, batch, t, dtype) <= room), None)
 
 
 @dataclass(frozen=True)
@@ -296,22 +310,21 @@ class ServingCost:
 
 def serving_cost(model: object, accelerator: object, context: int, batch: int, quote: Quote,
                  dtype: str = "bf16", usable: float = 0.9) -> ServingCost:
-    """Decode cost: ``chips`` = the tensor-parallel degree (a divisor of the attention heads; key/value
-    heads are replicated past their count) that holds resident weights + KV cache;
-    step = :func:`mlsys.serving.decode_step_time` / chips (communication ignored); USD per million
-    tokens = ``chips * price / tokens per second * 1e6``; J per token = ``chips * TDP / tokens per second``."""
+    """Decode cost on ``chips`` = :func:`serving_degree` (key/value heads copied past their count,
+    in memory and in the bytes each chip reads); step = the roofline bound of one chip's share,
+    :func:`mlsys.serving.decode_cost_per_chip` (communication ignored); USD per million tokens =
+    ``chips * price / tokens per second * 1e6``; J per token = ``chips * TDP / tokens per second``."""
     from . import serving, transformer
+    from .roofline import time_lower_bound
 
     acc = hardware.get(accelerator) if isinstance(accelerator, str) else accelerator
     m = transformer.get_model(model)
-    need = serving.resident_weight_bytes(m, dtype) + serving.kv_cache_bytes(m, context, batch, dtype)
-    held = chips_to_hold(need, acc, usable)
-    n = tensor_parallel_degree(held, m.heads, acc)
+    n = serving_degree(m, acc, context, batch, dtype, usable)
     if n is None:
-        why = "has no chip-to-chip link to split it over" if acc.interconnect_bandwidth is None else \
-            f"would need more than its {m.heads} attention heads' worth of chips"
-        raise ValueError(f"{acc.name} cannot serve {m.name}: it needs {held} chips' memory and {why}")
-    step = (serving.decode_step_time(m, context, acc, dtype, batch) / n).to("s")
+        raise ValueError(f"{acc.name} cannot serve {m.name}: even {m.heads}-way tensor parallelism leaves a "
+                         f"chip more than {usable:.0%} of its memory to hold")
+    share = serving.decode_cost_per_chip(m, context, batch, n, dtype)
+    step = time_lower_bound(share.flops, share.bytes, acc, dtype).to("s")
     tps = (batch / step).to("1/s")
     usd = (n * quote.per_chip / tps * 1e6).to("USD")
     joules = (n * acc.tdp / tps).to("J") if acc.tdp is not None else None

@@ -31,7 +31,7 @@ from .datafile import NamedTable, read_named
 from .numerics import canonical_dtype
 from .units import Q_
 
-__all__ = ["Accelerator", "Source", "SpecError", "BINARY_FIGURES", "DIRECTIONS", "get", "all_accelerators", "names", "load", "data_file", "DATA_FILE"]
+__all__ = ["Accelerator", "Interconnect", "Source", "SpecError", "MISSING", "BINARY_FIGURES", "DIRECTIONS", "get", "all_accelerators", "names", "load", "data_file", "DATA_FILE"]
 
 DATA_FILE = Path(str(resources.files("mlsys") / "data" / "accelerators.toml"))
 
@@ -48,6 +48,8 @@ _SCALARS: dict[str, str] = {
 #: figures whose unit must be binary (the hardware's): byte, KiB, MiB, GiB or TiB
 BINARY_FIGURES = ("memory_capacity", "l2_cache", "shared_memory_per_sm", "register_file_per_sm")
 _BINARY_UNITS = ("B", "byte", "KiB", "MiB", "GiB", "TiB")
+#: how a figure the data file does not hold is shown: a gap in the course's data, never a property of the chip
+MISSING = "not in the course's data"
 #: allowed values of an interconnect figure's ``direction`` field
 DIRECTIONS = ("per_direction", "bidirectional")
 _REQUIRED = ("name", "vendor", "architecture", "year", "memory_bandwidth", "memory_capacity", "peak_flops")
@@ -65,6 +67,22 @@ class Source:
 
     def __str__(self) -> str:
         return f"{self.title} ({self.date}), {self.url}"
+
+
+@dataclass(frozen=True)
+class Interconnect:
+    """A chip's scale-up link to other chips, as its source describes it.
+
+    ``kind`` names the link ("NVLink 4", "ICI", "NeuronLink-v3", "PCIe Gen4 x16"); ``links`` is the
+    number of ports per chip and ``topology`` how chips are joined ("NVSwitch", "3D torus"), each
+    ``None`` where the source does not print it. The bandwidth is :attr:`Accelerator.interconnect_bandwidth`,
+    which may be absent even where the link is known (then it is :data:`MISSING`, not zero).
+    """
+
+    kind: str
+    links: int | None = None
+    topology: str | None = None
+    note: str | None = None
 
 
 @dataclass(frozen=True)
@@ -90,6 +108,7 @@ class Accelerator:
     register_file_per_sm: pint.Quantity | None = None
     tdp: pint.Quantity | None = None
     interconnect_bandwidth: pint.Quantity | None = None
+    interconnect: Interconnect | None = None
     sparse_peak_flops: Mapping[str, pint.Quantity] = field(default_factory=dict)
     aliases: tuple[str, ...] = ()
     sources: Mapping[str, Source] = field(default_factory=dict)
@@ -133,6 +152,19 @@ class Accelerator:
         except KeyError:
             raise KeyError(f"{self.name} has no figure {figure!r}; known: {', '.join(self.sources)}") from None
 
+    def link_summary(self) -> str:
+        """The scale-up link in words, each figure the data file lacks shown as :data:`MISSING`:
+        ``"NVLink 4, 18 links, 450 GB/s per direction"``; ``"ICI, 6 links, bandwidth not in the
+        course's data"``; ``"not in the course's data"`` where the file describes no link at all."""
+        if self.interconnect is None:
+            return MISSING
+        parts = [self.interconnect.kind]
+        if self.interconnect.links is not None:
+            parts.append(f"{self.interconnect.links} links")
+        bw = self.interconnect_bandwidth
+        parts.append(f"{bw.to('GB/s').m:,.0f} GB/s per direction" if bw is not None else f"bandwidth {MISSING}")
+        return ", ".join(parts)
+
     def __str__(self) -> str:
         return f"{self.name} ({self.vendor} {self.architecture}, {self.year})"
 
@@ -170,6 +202,24 @@ def _quantity(entry: Any, where: str, unit: str, sources: Mapping[str, Source]) 
     return q, entry["source"], entry.get("note")
 
 
+def _interconnect(entry: Any, name: str, sources: Mapping[str, Source]) -> Interconnect:
+    """The ``interconnect = {kind, links, topology, source, note}`` table of one entry, validated."""
+    where = f"{name}.interconnect"
+    if not isinstance(entry, dict) or not {"kind", "source"} <= entry.keys():
+        raise SpecError(f"{where}: expected a table {{kind, source}} with optional links, topology and note, got {entry!r}")
+    extra = set(entry) - {"kind", "links", "topology", "source", "note"}
+    if extra:
+        raise SpecError(f"{where}: unknown keys {sorted(extra)}; expected kind, links, topology, source, note")
+    if entry["source"] not in sources:
+        raise SpecError(f"{where}: source {entry['source']!r} is not among this entry's sources {sorted(sources)}")
+    links = entry.get("links")
+    if links is not None and (isinstance(links, bool) or not isinstance(links, int) or links < 1):
+        raise SpecError(f"{where}: links must be a positive integer count of ports per chip, got {links!r}")
+    if not isinstance(entry["kind"], str) or not entry["kind"].strip():
+        raise SpecError(f"{where}: kind must name the link, e.g. \"NVLink 4\" or \"ICI\", got {entry['kind']!r}")
+    return Interconnect(entry["kind"], links, entry.get("topology"), entry.get("note"))
+
+
 def _build(raw: Mapping[str, Any]) -> Accelerator:
     name = raw.get("name", "<unnamed>")
     missing = [k for k in _REQUIRED if k not in raw]
@@ -182,7 +232,8 @@ def _build(raw: Mapping[str, Any]) -> Accelerator:
         sources_by_id = {k: Source(v["title"], v["url"], str(v["date"])) for k, v in srcs_raw.items()}
     except (KeyError, TypeError) as exc:
         raise SpecError(f"accelerator {name!r}: each source needs title, url and date") from exc
-    known = set(_SCALARS) | set(_REQUIRED) | {"aliases", "sources", "sparse_peak_flops", "memory_type", "sm_count"}
+    known = set(_SCALARS) | set(_REQUIRED) | {"aliases", "sources", "sparse_peak_flops", "memory_type", "sm_count",
+                                              "interconnect"}
     unknown = set(raw) - known
     if unknown:
         raise SpecError(f"accelerator {name!r}: unknown fields {sorted(unknown)}")
@@ -215,6 +266,9 @@ def _build(raw: Mapping[str, Any]) -> Accelerator:
             raise SpecError(f"{name}.{key}: only interconnect_bandwidth takes a direction field")
     if "sm_count" in raw:
         kwargs["sm_count"] = take("sm_count", raw["sm_count"], "")
+    if "interconnect" in raw:
+        kwargs["interconnect"] = _interconnect(raw["interconnect"], name, sources_by_id)
+        fig_sources["interconnect"] = sources_by_id[raw["interconnect"]["source"]]
     for table in ("peak_flops", "sparse_peak_flops"):
         peaks = {}
         for dtype, entry in raw.get(table, {}).items():

@@ -64,6 +64,9 @@ __all__ = [
     "PhaseCost",
     "prefill_cost",
     "decode_cost",
+    "kv_share",
+    "resident_bytes_per_chip",
+    "decode_cost_per_chip",
 ]
 
 
@@ -183,3 +186,46 @@ def max_batch_in_memory(
     if free.to("byte").m <= 0:
         return 0
     return int((free / per_request).to("").m // 1)
+
+
+# ----------------------------------------------------------------------------------------------
+# tensor parallelism: what one of ``t`` chips holds and reads
+
+
+def kv_share(model: str | ModelShape, degree: int) -> int:
+    """How many chips share one copy of the KV cache under ``degree``-way tensor parallelism:
+    ``min(degree, kv_heads)``.
+
+    Each chip takes whole query heads. Up to ``kv_heads`` chips, each holds ``kv_heads / t`` of the
+    key/value heads, so the cache is split ``t`` ways. Past that, every chip needs the key/value head
+    its query heads use, so each KV head is copied ``t / kv_heads`` times and each chip holds
+    ``1 / kv_heads`` of the cache: Llama-3-70B (8 KV heads) on 16 chips holds two copies.
+    """
+    m = get_model(model)
+    t = require_count(degree, "degree")
+    return min(t, m.kv_heads)
+
+
+def resident_bytes_per_chip(model: str | ModelShape, context: int, batch: int, degree: int,
+                            dtype: object = "bf16") -> pint.Quantity:
+    """Bytes one chip holds when serving ``batch`` requests of ``context`` tokens ``degree``-way:
+    ``params * itemsize / t + kv_cache_bytes / min(t, kv_heads)``, in byte."""
+    t = require_count(degree, "degree")
+    weights = resident_weight_bytes(model, dtype) / t
+    return (weights + kv_cache_bytes(model, context, batch, dtype) / kv_share(model, t)).to("byte")
+
+
+def decode_cost_per_chip(model: str | ModelShape, context: int, batch: int, degree: int,
+                         dtype: object = "bf16") -> PhaseCost:
+    """One chip's share of a decode step under ``degree``-way tensor parallelism.
+
+    FLOPs ``b * forward_flops(1, c) / t`` (the heads and matmul columns split evenly); bytes
+    ``W / t + b c K / min(t, kv_heads)`` (each chip reads its slice of the weights and every KV head
+    it holds, copies included). Communication is not counted.
+    """
+    m = get_model(model)
+    t = require_count(degree, "degree")
+    whole = decode_cost(m, context, batch, dtype)
+    kv = whole.bytes - weight_bytes(m, dtype)
+    nbytes = weight_bytes(m, dtype) / t + kv / kv_share(m, t)
+    return PhaseCost((whole.flops / t).to("FLOP"), nbytes.to("byte"))

@@ -137,17 +137,16 @@ def test_chapter15_cost_model_by_hand():
     assert serving.resident_weight_bytes(m) > serving.weight_bytes(m)
     # 141 GB of weights over 0.9 x 80 GB = 1.96 -> 2 chips; 3 chips -> degree 4 (divides 8 KV heads)
     assert costs.chips_to_hold(Q_(141, "GB"), h100) == 2
-    assert costs.tensor_parallel_degree(3, 8, h100) == 4
-    assert costs.tensor_parallel_degree(5, 8, h100) == 8
-    assert costs.tensor_parallel_degree(11, 64, h100) == 16
-    assert costs.tensor_parallel_degree(9, 8, h100) is None
-    assert costs.tensor_parallel_degree(2, 8, "Jetson-AGX-Orin-64GB") is None  # no chip-to-chip link
-    assert costs.tensor_parallel_degree(1, 8, "Jetson-AGX-Orin-64GB") == 1
+    assert costs.tensor_parallel_degree(3, 8) == 4
+    assert costs.tensor_parallel_degree(5, 8) == 8
+    assert costs.tensor_parallel_degree(11, 64) == 16
+    assert costs.tensor_parallel_degree(9, 8) is None
+    assert costs.tensor_parallel_degree(1, 8) == 1
     q = costs.rate("H100")
     sc = costs.serving_cost(m, h100, 4096, 64, q)
     # by hand: degree n, step = decode bound / n, $ per 1e6 tokens = n * price / (64 / step) * 1e6
     need = serving.resident_weight_bytes(m) + serving.kv_cache_bytes(m, 4096, 64)
-    n = costs.tensor_parallel_degree(costs.chips_to_hold(need, h100), 8, h100)
+    n = costs.tensor_parallel_degree(costs.chips_to_hold(need, h100), 8)
     assert sc.chips == n == 4
     step = serving.decode_step_time(m, 4096, h100, "bf16", 64).to("s").m / n
     assert sc.usd_per_million.to("USD").m == pytest.approx(n * q.per_chip.to("USD/hour").m / 3600 * step / 64 * 1e6)
@@ -174,3 +173,43 @@ def test_overlapped_weight_stationary_by_hand():
     worst = systolic.tiled("weight", 8192, 4096, 4096)
     assert big.utilisation > worst.utilisation
     assert worst.cycles == 1024 * (128 + 8192 + 128 + 128 - 2)
+
+
+def test_tensor_parallel_serving_copies_kv_heads_past_their_count():
+    """Llama-3-70B (64 query heads, 8 KV heads) on 16 GiB TPU v5e chips, worked by hand (review of
+    2026-12-01): 16 chips would each hold 141.1/16 + 85.9/8 = 19.5 GB > 0.9 x 17.18 GB = 15.46 GB;
+    32 chips hold 141.1/32 + 85.9/8 = 15.1 GB, and a step reads 2 x 70.0e9/32 + 85.9e9/8 bytes at 819 GB/s."""
+    from mlsys import costs, hardware, serving, transformer
+
+    m, v5e = transformer.get_model("Llama-3-70B"), hardware.get("TPUv5e")
+    kv = 64 * 4096 * 2 * 80 * 8 * 128 * 2  # batch x context x (K and V) x layers x kv_heads x head_dim x bytes
+    assert serving.kv_cache_bytes(m, 4096, 64).to("B").m == kv
+    assert serving.kv_share(m, 4) == 4 and serving.kv_share(m, 16) == 8 and serving.kv_share(m, 64) == 8
+    per16 = serving.resident_bytes_per_chip(m, 4096, 64, 16).to("GB").m
+    assert per16 == pytest.approx(2 * m.params / 16 / 1e9 + kv / 8 / 1e9)
+    assert per16 > 0.9 * 16 * 2**30 / 1e9
+    assert costs.serving_degree(m, v5e, 4096, 64) == 32
+    sc = costs.serving_cost(m, v5e, 4096, 64, costs.rate("TPUv5e"))
+    step = (2 * m.matmul_params / 32 + kv / 8) / 819e9
+    assert sc.chips == 32
+    assert sc.step.to("s").m == pytest.approx(step, rel=1e-3)
+    # decode at 64 requests is memory-bound on the v5e, so FLOPs do not set the step
+    assert 64 * 2 * m.matmul_params / 32 / v5e.peak("bf16").to("FLOP/s").m < step
+
+
+def test_a_missing_link_is_a_gap_in_the_data_not_a_chip_without_one():
+    """TPU v4 has six ICI links in a 3D torus (Jouppi et al., ISCA 2023) and Trainium2 four NeuronLink-v3
+    (AWS Neuron docs); the course has no bandwidth figure for either, so it must say so and never "no link"."""
+    from mlsys import hardware
+
+    v4, trn2 = hardware.get("TPUv4"), hardware.get("Trainium2")
+    assert (v4.interconnect.kind, v4.interconnect.links, v4.interconnect.topology) == ("ICI", 6, "3D torus")
+    assert (trn2.interconnect.kind, trn2.interconnect.links) == ("NeuronLink-v3", 4)
+    for acc in (v4, trn2):
+        assert acc.interconnect_bandwidth is None
+        assert acc.link_summary().endswith("bandwidth " + hardware.MISSING)
+    assert hardware.get("Jetson-AGX-Orin-64GB").link_summary() == hardware.MISSING
+    assert hardware.get("H100").link_summary() == "NVLink 4, 18 links, 450 GB/s per direction"
+    for acc in hardware.all_accelerators():
+        summary = acc.link_summary().lower()
+        assert not summary.startswith("no ") and "cannot" not in summary, (acc.name, summary)
