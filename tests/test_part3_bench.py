@@ -149,3 +149,31 @@ def test_a_fast_burst_still_has_clock_readings():
     out = power_clocks.analyse(times, 2e9, samples, start=1.0, idle_from=0.6)
     assert 15 <= out["clocks"]["burst"]["samples"] <= 26
     assert out["clocks"]["burst"]["sm_clock"]["median"]["value"] == 1980
+
+
+def test_sensor_update_interval_is_the_time_between_changes():
+    """Readings every 10 ms whose clock changes at 0.10, 0.20, 0.31 and 0.41 s: the clock sensor
+    updates about every 100 ms (median of 0.10, 0.11, 0.10), whatever the sampling interval."""
+    from mlsys.bench.nvml import Sample, update_interval
+
+    def clock_at(t):
+        return 1980.0 - 15.0 * sum(t >= x - 1e-9 for x in (0.10, 0.20, 0.31, 0.41))
+
+    samples = [Sample(t=i / 100, sm_clock=clock_at(i / 100), memory_clock=2619.0, power=300.0, temperature=40.0)
+               for i in range(60)]
+    assert update_interval(samples, "sm_clock") == pytest.approx(0.10)
+    assert update_interval(samples, "power") is None  # never changed: no interval can be read
+    with pytest.raises(ValueError, match="field"):
+        update_interval(samples, "t")
+
+
+def test_clock_from_a_spin_of_known_cycles():
+    """100,000 cycles in 50.5 us is 1980 MHz (100e3 / 50.505e-6 s); a bad input says what was expected."""
+    from mlsys.bench.clockprobe import clock_from_spin
+
+    assert clock_from_spin(100_000, 100_000 / 1980e6 * 1e3) == pytest.approx(1980.0)
+    assert clock_from_spin(200_000, 0.2) == pytest.approx(1000.0)
+    with pytest.raises(ValueError, match="cycles"):
+        clock_from_spin(0, 1.0)
+    with pytest.raises(ValueError, match="elapsed"):
+        clock_from_spin(100, 0.0)

@@ -23,7 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Sample", "Sampler", "nvml_reader", "nvml_limits", "REASONS", "decode_reasons", "summarise"]
+__all__ = ["Sample", "Sampler", "nvml_reader", "nvml_limits", "REASONS", "decode_reasons", "summarise",
+           "update_interval"]
 
 # Bits of nvmlDeviceGetCurrentClocksEventReasons (nvml.h, "ClocksEventReasons").
 REASONS = {
@@ -60,6 +61,20 @@ def decode_reasons(mask: int) -> list[str]:
     if rest:
         names.append(f"bit{rest:#x}")
     return names
+
+
+def update_interval(samples: list[Sample], field: str) -> float | None:
+    """How often a sensor's reading actually changes: the median time (s) between successive readings
+    of ``field`` ("sm_clock", "power", ...) that differ from the one before. A figure from that sensor
+    says nothing about a window shorter than this. ``None`` with fewer than three changes."""
+    if field not in Sample.__dataclass_fields__ or field == "t":
+        raise ValueError(f"field must be one of a Sample's readings, got {field!r}")
+    changes = [b.t for a, b in zip(samples, samples[1:], strict=False) if getattr(b, field) != getattr(a, field)]
+    if len(changes) < 3:
+        return None
+    gaps = sorted(b - a for a, b in zip(changes, changes[1:], strict=False))
+    mid = len(gaps) // 2
+    return gaps[mid] if len(gaps) % 2 else (gaps[mid - 1] + gaps[mid]) / 2
 
 
 def available() -> bool:
