@@ -173,3 +173,33 @@ def test_link_bandwidth_is_public_and_per_direction():
         comm.link_bandwidth(450)
     with pytest.raises(ValueError, match="finite"):
         comm.link_bandwidth("inf GB/s")
+
+
+def test_hierarchical_allreduce_pipelined_takes_the_slower_phase():
+    """8 nodes x 8 GPUs, 13.4 GB, NVLink 450 GB/s, network 50 GB/s, no latency, by hand:
+    intra = 2 (7/8) 13.4e9 / 450e9 = 52.1 ms; inter = 2 (7/8) (13.4e9 / 8) / 50e9 = 58.6 ms.
+    Phase after phase: 110.7 ms; pipelined: 58.6 ms."""
+    from mlsys import Q_, comm
+
+    n, nvl, ib = Q_(13.4, "GB"), Q_(450, "GB/s"), Q_(50, "GB/s")
+    seq = comm.hierarchical_allreduce_time(n, 8, 8, nvl, ib)
+    pipe = comm.hierarchical_allreduce_time(n, 8, 8, nvl, ib, pipelined=True)
+    assert seq.to("ms").m == pytest.approx(1.75 * 13.4e9 / 450e9 * 1e3 + 1.75 * 13.4e9 / 8 / 50e9 * 1e3)
+    assert pipe.to("ms").m == pytest.approx(1.75 * 13.4e9 / 8 / 50e9 * 1e3)
+    with pytest.raises(TypeError, match="pipelined"):
+        comm.hierarchical_allreduce_time(n, 8, 8, nvl, ib, pipelined="yes")
+
+
+def test_published_nccl_figures_give_nvls_about_1_3x_the_ring():
+    """nccl-tests issue 212 (S. Jeaugey): ring busbw ~370 of 450 GB/s on 8 H100s; NVLS algbw ~275 GB/s.
+    Ring time for 13.4 GB = 13.4e9 / (370e9 x 8 / 14) = 63.4 ms; NVLS 13.4e9 / 275e9 = 48.7 ms: 1.30x."""
+    from mlsys import Q_, comm
+
+    ring, nvls = comm.published("h100-8-ring"), comm.published("h100-8-nvls")
+    assert ring.efficiency == pytest.approx(370 / 450)
+    assert ring.time(Q_(13.4, "GB")).to("ms").m == pytest.approx(13.4e9 / (370e9 * 8 / 14) * 1e3)
+    assert nvls.time(Q_(13.4, "GB")).to("ms").m == pytest.approx(13.4e9 / 275e9 * 1e3)
+    assert (ring.time(Q_(1, "GB")) / nvls.time(Q_(1, "GB"))).to("").m == pytest.approx(1.30, abs=0.01)
+    assert "issues/212" in ring.source
+    with pytest.raises(KeyError, match="known"):
+        comm.published("h100-64-ring")
