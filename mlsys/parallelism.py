@@ -36,7 +36,7 @@ import pint
 from .comm import allreduce_time, link_bandwidth
 from .units import Q_, positive, require_count
 
-__all__ = ["LayerBalance", "data_parallel", "tensor_parallel", "pipeline_parallel", "dp_critical_tokens",
+__all__ = ["LayerBalance", "pipeline_bubble", "data_parallel", "tensor_parallel", "pipeline_parallel", "dp_critical_tokens",
            "tp_max_degree"]
 
 
@@ -107,3 +107,12 @@ def tp_max_degree(block_params: int, d_model: int, peak: object, bandwidth: obje
     p_w, d = _count(block_params, "block_params"), _count(d_model, "d_model")
     a, s = _count(allreduces, "allreduces"), _count(bytes_per_value, "bytes_per_value")
     return float(1 + p_w / (a * d * s) * (link_bandwidth(bandwidth) / _peak(peak)).to("B/FLOP").m)
+
+
+def pipeline_bubble(stages: int, microbatches: int, interleave: int = 1) -> float:
+    """Share of a pipeline-parallel step that each stage spends idle (the "bubble"), GPipe and 1F1B:
+    ``(p - 1) / (m + p - 1)`` for ``p`` stages and ``m`` micro-batches; with ``v`` interleaved model
+    chunks per stage (Narayanan et al. 2021) the fill shrinks ``v``-fold: ``(p - 1) / (v m + p - 1)``.
+    0 for one stage."""
+    p, m, v = _count(stages, "stages"), _count(microbatches, "microbatches"), _count(interleave, "interleave")
+    return (p - 1) / (v * m + p - 1)

@@ -213,3 +213,16 @@ def test_a_missing_link_is_a_gap_in_the_data_not_a_chip_without_one():
     for acc in hardware.all_accelerators():
         summary = acc.link_summary().lower()
         assert not summary.startswith("no ") and "cannot" not in summary, (acc.name, summary)
+
+
+def test_pipeline_bubble_by_hand():
+    """GPipe/1F1B: 4 stages and 4 micro-batches idle 3/7 of the step; 32 micro-batches 3/35;
+    interleaving 2 chunks per stage with 4 micro-batches: 3/11 (Narayanan et al. 2021, eq. of section 2.2)."""
+    from mlsys import parallelism
+
+    assert parallelism.pipeline_bubble(4, 4) == pytest.approx(3 / 7)
+    assert parallelism.pipeline_bubble(4, 32) == pytest.approx(3 / 35)
+    assert parallelism.pipeline_bubble(4, 4, interleave=2) == pytest.approx(3 / 11)
+    assert parallelism.pipeline_bubble(1, 8) == 0
+    with pytest.raises(ValueError):
+        parallelism.pipeline_bubble(0, 4)
