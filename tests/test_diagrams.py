@@ -264,9 +264,15 @@ def test_touched_map_by_hand():
 def test_animations_have_one_frame_per_step():
     # a 4-rank ring: the start and 2 (4 - 1) = 6 steps; Q block 1 of a 512-long sequence: 4 K/V blocks
     for anim, frames in ((d.ring_animation(4), 7), (d.flash_animation(512, 128, 128, row=1), 4)):
-        html = d.to_html(anim)
+        html = d.to_html(anim, "a test animation of several frames")
         assert html.count("data:image/png;base64") == frames
-        assert "Play" in html or "play" in html
+        assert 'title="Play"' in html and 'alt="a test animation of several frames"' in html
+        assert "https://" not in html and "fa-" not in html  # nothing fetched from outside the page
+    player = d.Player(d.ring_animation(3), d.ring_allreduce(3), "a ring of three ranks, step by step")
+    bundle = player._repr_mimebundle_()
+    assert set(bundle) == {"text/html", "image/png", "text/plain"} and bundle["image/png"].startswith("iVBOR")
+    with pytest.raises(ValueError, match="sentence"):
+        d.to_html(None, "ring")  # the alt text is refused before anything is drawn
 
 
 def test_style_sizes_and_reference():

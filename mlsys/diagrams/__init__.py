@@ -10,7 +10,7 @@ Models-level code: imports only models (``mlsys.hardware``, ``mlsys.tiling`` ...
 ``mlsys.bench`` or ``mlsys.course``; measured figures come in as arguments.
 """
 
-from .animate import flash_animation, ring_animation, to_html
+from .animate import Player, flash_animation, ring_animation, to_html
 from .attention import flash_sweep, online_softmax, running_max_sum, sweep_blocks
 from .course import course_map
 from .gpu import gpu_and_sm, sm_grid_shape, thread_hierarchy
@@ -29,4 +29,5 @@ __all__ = ["MISSING", "REFERENCE", "course_map", "gpu_and_sm", "sm_grid_shape", 
            "roofline_regions", "roofline_ceilings", "tile_strips", "grouped_order", "tile_order",
            "distinct_strips", "pipeline_stages", "pipeline_schedule", "online_softmax", "running_max_sum",
            "flash_sweep", "sweep_blocks", "ring_allreduce", "ring_schedule", "profiler_timeline", "Event",
-           "idle_gaps", "systolic", "touched_grid", "touched_map", "ring_animation", "flash_animation", "to_html"]
+           "idle_gaps", "systolic", "touched_grid", "touched_map", "ring_animation", "flash_animation", "to_html",
+           "Player"]

@@ -8,6 +8,10 @@ The still frame for print is the matching static diagram (:func:`~.ring.ring_all
 
 from __future__ import annotations
 
+import base64
+import io
+import re
+
 from matplotlib.animation import FuncAnimation
 from matplotlib.figure import Figure
 
@@ -49,6 +53,35 @@ def flash_animation(seq_len: int = 1024, block_m: int = 128, block_n: int = 128,
     return FuncAnimation(fig, frame, frames=visits, interval=interval, blit=False)
 
 
-def to_html(anim: FuncAnimation, default_mode: str = "once") -> str:
-    """The animation as self-contained HTML with play controls (matplotlib's ``to_jshtml``)."""
-    return anim.to_jshtml(default_mode=default_mode)
+#: the player's button icons as plain characters (matplotlib links Font Awesome from a CDN; the book is offline)
+_ICONS = {"fa-minus": "\u2212", "fa-fast-backward": "\u23ee", "fa-step-backward": "\u25c1|",
+          "fa-play fa-flip-horizontal": "\u25c0", "fa-pause": "\u23f8", "fa-play": "\u25b6",
+          "fa-step-forward": "|\u25b7", "fa-fast-forward": "\u23ed", "fa-plus": "+"}
+
+
+def to_html(anim: FuncAnimation, alt: str, default_mode: str = "once") -> str:
+    """The animation as self-contained HTML with play controls (matplotlib's ``to_jshtml``): no request
+    leaves the page (the Font Awesome link is dropped, icons become characters) and the frame image
+    carries ``alt``, a sentence saying what the animation shows."""
+    if len(alt.split()) < 5:
+        raise ValueError(f"alt text should be a sentence saying what the animation shows, got {alt!r}")
+    html = anim.to_jshtml(default_mode=default_mode)
+    html = re.sub(r"<link rel=\"stylesheet\"\s*href=\"https?://[^\"]*font-awesome[^\"]*\">", "", html)
+    html = re.sub(r'<i class="fa ([^"]+)"></i>', lambda m: _ICONS.get(m.group(1), "?"), html)
+    alt_attr = alt.replace("&", "&amp;").replace('"', "&quot;").replace("<", "&lt;")
+    return html.replace('<img id="_anim_img', f'<img alt="{alt_attr}" id="_anim_img')
+
+
+class Player:
+    """An animation for a notebook page: HTML with play controls for the web, a still PNG for print
+    (Jupyter picks the representation each output format can show)."""
+
+    def __init__(self, anim: FuncAnimation, still: Figure, alt: str) -> None:
+        self.html = to_html(anim, alt)
+        buf = io.BytesIO()
+        still.savefig(buf, format="png", dpi=150, bbox_inches="tight")
+        self.png = base64.b64encode(buf.getvalue()).decode()
+        self.alt = alt
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
+        return {"text/html": self.html, "image/png": self.png, "text/plain": self.alt}

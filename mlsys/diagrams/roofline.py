@@ -45,7 +45,7 @@ def roofline_regions(accel: Accelerator | str | None = None, dtype: str = "bf16"
             gid="region")
     ax.text(ridge * 5, peak / 12, "compute-bound:\nfewer FLOPs help", fontsize=TEXT, ha="center", gid="region")
     ax.text(ridge / 30, peak * 1.6, "unreachable", fontsize=TEXT, color=VERMILLION, style="italic", gid="region")
-    ax.text(ridge / 150, bw * ridge / 150 * 3, f"slope: HBM {bw:.3g} TB/s", fontsize=SMALL, color=BLUE)
+    ax.text(ridge / 150, bw * ridge / 150 * 0.45, f"slope: HBM {bw:.3g} TB/s", fontsize=SMALL, color=BLUE)
     ax.text(ridge * 3, peak * 1.15, f"{peak:.3g} TFLOP/s", fontsize=SMALL, color="black")
     return fig
 
