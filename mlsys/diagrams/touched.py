@@ -75,3 +75,69 @@ def touched_grid(shape: Sequence[int], outside: Sequence[int] = (), unwritten: S
                for c in range(4) if counts[c] or c == WRITTEN]
     fig.legend(handles=handles, loc="lower center", fontsize=7.5, ncol=2, frameon=False)
     return fig
+
+
+#: largest output drawn (elements); a bigger one is not drawn (the message alone stands)
+MAX_ELEMENTS = 1 << 22
+#: rows of guard drawn beyond each end of the output; stores further away are counted in the title only
+MAX_EXTRA_ROWS = 16
+
+
+def _as_2d(shape: Sequence[int]) -> tuple[int, ...]:
+    """A shape the map can draw: 1-D and 2-D as they are, more dimensions folded into rows of the last one."""
+    dims = tuple(int(s) for s in shape)
+    if len(dims) <= 2:
+        return dims
+    return (math.prod(dims[:-1]), dims[-1])
+
+
+def report_figures(report: object) -> list[Figure]:
+    """One :func:`touched_grid` per tensor that a guard report (``mlsys.course.checks.GuardReport``: its
+    ``shapes``, ``bad_stores`` and ``unwritten_at``) says was written outside or left unwritten.
+
+    The report may come from a learner's process, so it is read defensively: tensors with more than
+    :data:`MAX_ELEMENTS` elements or an odd shape are skipped, and stores more than
+    :data:`MAX_EXTRA_ROWS` rows away from the tensor are left out of the picture.
+    """
+    shapes = getattr(report, "shapes", {}) or {}
+    stores = getattr(report, "bad_stores", {}) or {}
+    missing = getattr(report, "unwritten_at", {}) or {}
+    figs = []
+    for name in [n for n in shapes if n in stores or n in missing][:3]:
+        shape = _as_2d(shapes[name])
+        n = math.prod(shape)
+        if not shape or len(shape) > 2 or not 0 < n <= MAX_ELEMENTS or min(shape) < 1:
+            continue
+        cols = shape[-1] if len(shape) == 2 else max(1, min(n, 64))
+        reach = MAX_EXTRA_ROWS * cols
+        outside = [int(o) for o in stores.get(name, []) if -reach <= int(o) < n + reach]
+        inside = [int(i) for i in missing.get(name, []) if 0 <= int(i) < n]
+        figs.append(touched_grid(shape, outside, inside, name=str(name)[:40]))
+    return figs
+
+
+def _display(fig: Figure) -> None:
+    """Show ``fig`` in a running notebook as a PNG (whatever matplotlib backend is active; nothing outside one)."""
+    try:
+        from IPython import get_ipython
+        from IPython.display import Image, display
+    except ImportError:
+        return
+    if get_ipython() is not None:
+        import io
+
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=fig.dpi)
+        display(Image(data=buf.getvalue(), format="png"))
+
+
+def show_report(report: object) -> list[Figure]:
+    """Draw and display :func:`report_figures` for a failed guarded call; return the figures. Drawing never
+    raises: the check's message is the verdict, the picture only helps read it."""
+    try:
+        figs = report_figures(report)
+    except Exception:  # noqa: BLE001 - a picture that cannot be drawn must not hide the message beside it
+        return []
+    for fig in figs:
+        _display(fig)
+    return figs
