@@ -69,7 +69,7 @@ def to_html(anim: FuncAnimation, alt: str, default_mode: str = "once") -> str:
     html = re.sub(r"<link rel=\"stylesheet\"\s*href=\"https?://[^\"]*font-awesome[^\"]*\">", "", html)
     html = re.sub(r'<i class="fa ([^"]+)"></i>', lambda m: _ICONS.get(m.group(1), "?"), html)
     alt_attr = alt.replace("&", "&amp;").replace('"', "&quot;").replace("<", "&lt;")
-    return html.replace('<img id="_anim_img', f'<img alt="{alt_attr}" id="_anim_img')
+    return html.replace('<img id="_anim_img', f'<img alt="{alt_attr}" style="max-width: 100%; height: auto" id="_anim_img')
 
 
 class Player:
