@@ -305,3 +305,16 @@ def test_models_level_imports_only():
                 absolute = node.module.startswith(("mlsys.bench", "mlsys.course"))
                 assert not parent and not absolute, f"{path.name} imports {node.module}"
     assert math.isfinite(1.0) and isinstance(Rectangle((0, 0), 1, 1), Rectangle)
+
+
+@pytest.mark.parametrize("build", [
+    d.course_map, d.gpu_and_sm, lambda: d.gpu_and_sm("MI300X"), d.thread_hierarchy, d.memory_hierarchy,
+    lambda: d.memory_hierarchy("MI300X"), d.coalescing, d.streams_overlap, d.roofline_regions,
+    lambda: d.roofline_regions("A100"), d.roofline_ceilings, d.tile_strips, d.grouped_order, d.pipeline_stages,
+    d.online_softmax, d.flash_sweep, d.ring_allreduce, d.systolic,
+    lambda: d.profiler_timeline([d.Event("GPU", "k", 0, 1), d.Event("GPU", "k", 3, 4)]),
+], ids=lambda b: getattr(b, "__name__", "call"))
+def test_no_labels_collide(build):
+    from mlsys import viz
+
+    assert viz.label_collisions(build()) == []

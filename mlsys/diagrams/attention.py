@@ -10,7 +10,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from .primitives import box, cells
-from .style import BLUE, GREY, ORANGE, SMALL, TEXT, VERMILLION, canvas
+from .style import BLUE, GREY, ORANGE, SMALL, TEXT, VERMILLION, canvas, new_figure
 
 #: a small row of scores for the online-softmax picture (any row works; this one's max is in block 2)
 EXAMPLE_SCORES = (1.0, 2.5, 0.5, 1.5, 3.0, 0.0, 4.0, 2.0, 1.0, 3.5, 0.5, 2.5)
@@ -37,7 +37,7 @@ def online_softmax(scores: Sequence[float] = EXAMPLE_SCORES, block: int = 4) -> 
     max ``m`` (a step line) and the running sum ``l`` (written under the block), so the last block's
     ``l`` is the softmax's denominator ``sum(exp(s - max))`` without a second pass."""
     state = running_max_sum(scores, block)
-    fig = Figure(figsize=(7.0, 3.4), dpi=110)
+    fig = new_figure(7.0, 3.4, dpi=110)
     ax = fig.add_axes((0.08, 0.2, 0.9, 0.66))
     x = np.arange(len(scores))
     ax.bar(x, scores, color=ORANGE, edgecolor="black", lw=0.5, gid="score")

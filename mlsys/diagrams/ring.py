@@ -9,7 +9,7 @@ from matplotlib.figure import Figure
 
 from ..comm import allreduce_bytes_per_gpu
 from ..units import Q_
-from .style import BLACK, SMALL, TEXT
+from .style import BLACK, SMALL, TEXT, new_figure
 
 
 def ring_schedule(p: int) -> list[list[frozenset[int]]]:
@@ -67,7 +67,7 @@ def ring_allreduce(p: int = 4, nbytes: object = None) -> Figure:
     n = len(states)
     cols = min(n, 4)
     rows = math.ceil(n / cols)
-    fig = Figure(figsize=(7.0, 1.9 * rows + 0.6), dpi=110)
+    fig = new_figure(7.0, 1.9 * rows + 0.6, dpi=110)
     fig.suptitle(f"Ring all-reduce on {p} ranks: {p - 1} reduce-scatter steps, then {p - 1} all-gather steps",
                  fontsize=10)
     for t in range(n):

@@ -6,11 +6,11 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from ..hardware import Accelerator
-from .style import BLUE, GREEN, GREY, ORANGE, PURPLE, SKY, SMALL, TEXT, VERMILLION, accelerator
+from .style import BLUE, GREEN, GREY, ORANGE, PURPLE, SKY, SMALL, TEXT, VERMILLION, accelerator, new_figure
 
 
 def _axes(title: str):
-    fig = Figure(figsize=(7.0, 4.2), dpi=110)
+    fig = new_figure(7.0, 4.2, dpi=110)
     ax = fig.add_axes((0.11, 0.13, 0.85, 0.78))
     ax.set_xscale("log")
     ax.set_yscale("log")

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from ..hardware import Accelerator, get
@@ -68,11 +69,19 @@ def accelerator(accel: Accelerator | str | None) -> Accelerator:
     raise TypeError(f"expected an Accelerator or its name, got {accel!r:.80}")
 
 
+def new_figure(width: float, height: float, dpi: float = 110) -> Figure:
+    """A figure of ``width x height`` inches on its own Agg canvas (no pyplot: nothing is shown twice, and
+    it can be drawn and measured, e.g. by :func:`mlsys.viz.label_collisions`)."""
+    fig = Figure(figsize=(width, height), dpi=dpi)
+    FigureCanvasAgg(fig)
+    return fig
+
+
 def canvas(width: float, height: float, xlim: tuple[float, float], ylim: tuple[float, float],
            title: str | None = None, *, equal: bool = True) -> tuple[Figure, Axes]:
     """A figure of ``width x height`` inches with one frameless axes in data units ``xlim x ylim``
     (equal aspect unless ``equal=False``), for drawing boxes and arrows."""
-    fig = Figure(figsize=(width, height), dpi=110)
+    fig = new_figure(width, height)
     ax = fig.add_axes((0.01, 0.01, 0.98, 0.90 if title else 0.98))
     ax.set_xlim(*xlim)
     ax.set_ylim(*ylim)

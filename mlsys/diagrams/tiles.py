@@ -11,7 +11,7 @@ from matplotlib.figure import Figure
 from ..hardware import Accelerator
 from ..tiling import tile_grid
 from .primitives import arrow, bar, box
-from .style import BLUE, LIGHT, ORANGE, SKY, SMALL, TEXT, YELLOW, accelerator, canvas
+from .style import BLUE, LIGHT, ORANGE, SKY, SMALL, TEXT, YELLOW, accelerator, canvas, new_figure
 
 
 def tile_strips(m: int = 512, n: int = 512, k: int = 512, block_m: int = 128, block_n: int = 128,
@@ -94,7 +94,7 @@ def grouped_order(m: int = 8192, n: int = 8192, block_m: int = 128, block_n: int
         raise ValueError(f"{a.name} has no SM count in the course's data: a wave cannot be drawn")
     g = tile_grid(m, n, block_m, block_n)
     wave = a.sm_count
-    fig = Figure(figsize=(7.0, 4.1), dpi=110)
+    fig = new_figure(7.0, 4.1, dpi=110)
     fig.suptitle(f"First wave of {wave} tiles on the {a.name} ({m} x {n}, tiles {block_m} x {block_n})", fontsize=11)
     cmap = ListedColormap([LIGHT, ORANGE, SKY, YELLOW])
     for idx, (gm, name) in enumerate(((1, "row-major"), (group_m, f"grouped, GROUP_M = {group_m}"))):

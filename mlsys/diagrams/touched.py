@@ -10,7 +10,7 @@ from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from .style import BLUE, LIGHT, ORANGE, SMALL, VERMILLION
+from .style import BLUE, LIGHT, ORANGE, SMALL, VERMILLION, new_figure
 
 #: categories of a cell in the map, and their colours (light, mid, dark: apart in greyscale too)
 WRITTEN, UNWRITTEN, OUTSIDE, BEFORE = 0, 1, 2, 3
@@ -59,7 +59,7 @@ def touched_grid(shape: Sequence[int], outside: Sequence[int] = (), unwritten: S
     grid = touched_map(shape, outside, unwritten)
     h, w = grid.shape
     aspect = h / w
-    fig = Figure(figsize=(4.2, min(4.2, max(1.6, 3.6 * aspect + 0.9))), dpi=90)
+    fig = new_figure(4.2, min(4.2, max(1.6, 3.6 * aspect + 0.9)), dpi=90)
     ax = fig.add_axes((0.08, 0.28, 0.88, 0.6))
     ax.imshow(grid, cmap=ListedColormap(COLOURS), vmin=0, vmax=3, interpolation="nearest", aspect="auto")
     n_before = int(np.sum(grid == BEFORE))
