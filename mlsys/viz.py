@@ -14,7 +14,9 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import matplotlib
+import matplotlib.axis
 import matplotlib.pyplot as plt
+import matplotlib.ticker
 import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
@@ -24,8 +26,8 @@ from .hardware import Accelerator
 from .roofline import Roof, roof_of
 from .units import as_quantity
 
-__all__ = ["STYLE", "PALETTE", "style", "apply_style", "Point", "roofline_plot", "label_collisions", "show",
-           "FigureLayoutError"]
+__all__ = ["STYLE", "PALETTE", "style", "apply_style", "Point", "roofline_plot", "plain_log_ticks",
+           "label_collisions", "show", "FigureLayoutError"]
 
 #: colour-blind-safe palette (Okabe & Ito, 2008)
 PALETTE = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#000000"]
@@ -206,6 +208,19 @@ def label_collisions(fig: Figure | None = None, min_overlap: float = 0.1,
             problems.append(f"{where}: the legend sits on the data ({hidden} drawn points under it); "
                             "move it (loc=..., bbox_to_anchor=...) or make room (set_ylim)")
     return problems
+
+
+def plain_log_ticks(axis: matplotlib.axis.Axis, subs: Sequence[float] | None = (1, 2, 5)) -> None:
+    """Label a log-scaled ``axis`` (``ax.xaxis`` or ``ax.yaxis``) with plain numbers (``2``, ``50``,
+    ``0.5``) instead of powers of ten: major ticks at ``subs`` times each power of ten (``None`` keeps
+    the axis's own tick positions), no minor labels."""
+    if axis.get_scale() != "log":
+        raise ValueError(f"plain_log_ticks: the axis is {axis.get_scale()!r}-scaled; expected a log axis "
+                         "(call set_xscale('log') or set_yscale('log') first)")
+    if subs is not None:
+        axis.set_major_locator(matplotlib.ticker.LogLocator(subs=tuple(subs)))
+    axis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+    axis.set_minor_formatter(matplotlib.ticker.NullFormatter())
 
 
 def show(fig: Figure | None = None) -> None:

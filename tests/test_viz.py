@@ -32,3 +32,20 @@ def test_roofline_plot_rejects_empty_and_wrong_units():
         viz.roofline_plot([])
     with pytest.raises(Exception, match="FLOP/s"):
         viz.roofline_plot("H100", points=[viz.Point("bad", Q_(1, "FLOP/byte"), Q_(1, "TB/s"))])
+
+
+def test_plain_log_ticks_labels_powers_of_ten_plainly() -> None:
+    """A log axis from 1 to 100 gets major ticks at 1, 2, 5, 10, 20, 50, 100, printed as plain numbers."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    ax.set_xscale("log")
+    ax.set_xlim(1, 100)
+    viz.plain_log_ticks(ax.xaxis)
+    fig.canvas.draw()
+    shown = [x for x in ax.get_xticks() if 1 <= x <= 100]  # the locator also places ticks beyond the limits
+    assert [ax.xaxis.get_major_formatter()(x) for x in shown] == ["1", "2", "5", "10", "20", "50", "100"]
+    ax.set_yscale("linear")
+    with pytest.raises(ValueError, match="log axis"):
+        viz.plain_log_ticks(ax.yaxis)
+    plt.close(fig)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-SHOWN_IN = ("chapters/02_journey_of_a_matmul",)
+SHOWN_IN = ("chapters/02_journey_of_a_matmul", "chapters/08_writing_kernels")
 NEEDS = "cuda"
 
 SHAPES = ((8, 1024, 1024), (4096, 4096, 4096), (8192, 4096, 11008))  # (batch, in, out)
@@ -80,3 +80,39 @@ def run(ctx: Any) -> dict[str, Any]:
         table = prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=12)
     return {"method": f"torch.profiler over {ITERATIONS} iterations after 3 warm-up steps; GPU time per kernel is "
                       "the profiler's self device time", "cases": rows, "table_bf16_4096": table}
+
+
+# --- reading a record (the chapters' figures) ---------------------------------------------------------
+
+
+def find_case(record: Any, dtype: str, batch: int, allow_tf32: bool = False) -> dict[str, Any]:
+    """The recorded case of ``dtype`` (``"bfloat16"``, ``"float32"``, ...) and ``batch`` rows."""
+    for case in record["cases"]:
+        if case["dtype"] == dtype and case["batch"] == batch and bool(case["allow_tf32"]) == allow_tf32:
+            return case
+    have = sorted({(c["dtype"], c["batch"], bool(c["allow_tf32"])) for c in record["cases"]})
+    raise KeyError(f"linear_kernels: no case dtype={dtype!r}, batch={batch}, allow_tf32={allow_tf32}; "
+                   f"the record has {have}")
+
+
+def forward_time(case: dict[str, Any]) -> Any:
+    """GPU time of one forward call: the forward kernels' total device time over the iterations (us)."""
+    from ...units import Q_
+
+    return Q_(sum(k["gpu_total"]["value"] for k in case["forward_kernels"]) / case["iterations"], "us")
+
+
+def achieved_rate(case: dict[str, Any]) -> Any:
+    """The layer's matmul rate: 2 * batch * in * out FLOPs over :func:`forward_time` (TFLOP/s)."""
+    from ...roofline import matmul_flops
+
+    flops = matmul_flops(case["batch"], case["out_features"], case["in_features"])
+    return (flops / forward_time(case)).to("TFLOP/s")
+
+
+def describe(case: dict[str, Any], width: int = 52) -> str:
+    """One line for the page: the shape, the first kernel's name (cut to ``width``) and the rate."""
+    from ...course.claims import fmt
+
+    shape = f"{case['batch']}x{case['in_features']} -> {case['out_features']}"
+    return f"{shape:18s} {case['forward_kernels'][0]['name'][:width]}  {fmt(achieved_rate(case), 'TFLOP/s', digits=2)}"

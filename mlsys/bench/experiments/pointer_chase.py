@@ -69,6 +69,18 @@ extern "C" __global__ void chase_cg(const unsigned int *next, unsigned int start
 
 
 
+def latencies(record: Any, loads: str = "cg") -> dict[int, Any]:
+    """Working-set size in bytes -> latency of one dependent load (a pint quantity), from a recorded run.
+
+    ``record`` is the experiment's :class:`~mlsys.bench.records.Record`; ``loads`` is ``"cg"`` (L2 only)
+    or ``"ca"`` (L1 and L2, stored as ``results_ca`` or, in older records, ``results``).
+    """
+    if loads not in VARIANTS:
+        raise ValueError(f"latencies: loads={loads!r}; expected one of {VARIANTS}")
+    key = "results_cg" if loads == "cg" else ("results_ca" if "results_ca" in record.results else "results")
+    return {int(r["working_set"]["value"]): record.q(key, i, "latency") for i, r in enumerate(record[key])}
+
+
 def run(ctx: Any) -> dict[str, Any]:
     import cupy as cp
     import numpy as np

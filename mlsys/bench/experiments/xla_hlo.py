@@ -9,7 +9,7 @@ import inspect
 import os
 from typing import Any
 
-SHOWN_IN = ("chapters/02_journey_of_a_matmul",)
+SHOWN_IN = ("chapters/08_writing_kernels",)
 NEEDS = "any"
 
 
