@@ -336,3 +336,11 @@ def test_experiment_record_names_its_flush(monkeypatch):
     monkeypatch.setattr(experiment, "get", lambda name: fake)
     rec = experiment.run("fake", quick=True, device="cpu")
     assert rec["l2_flush"] == "none"  # a CPU run clears no L2
+
+
+def test_flush_modes_side_by_side_refuses_unknown_modes():
+    with pytest.raises(ValueError, match="modes"):
+        timing.time_flush_modes(lambda: None, what="x", modes=("read", "dirty"))
+    from mlsys.bench import experiment
+    exp = experiment.get("flush_bias")
+    assert exp.needs == "cuda" and exp.module.LAYERS[0] == "linear_t1"  # the GEMV the review measured

@@ -30,7 +30,7 @@ from typing import Any
 
 __all__ = ["Timing", "time_cpu", "time_cuda", "time_fn", "choose_repeats", "CheckFailed", "cpu_cache_bytes",
            "l2_flush_bytes", "spin_up", "time_interleaved", "relative_spread", "drop_exceeds_spread",
-           "FLUSH_MODES", "DEFAULT_FLUSH_MODE", "L2Flusher", "l2_flusher"]
+           "FLUSH_MODES", "DEFAULT_FLUSH_MODE", "L2Flusher", "l2_flusher", "time_flush_modes"]
 
 FLUSH_MODES = ("read", "write")
 """How the GPU's L2 is cleared before a timed call: ``"read"`` sums a buffer larger than the L2 (no
@@ -481,3 +481,40 @@ def time_interleaved(fns: dict[str, Callable[[], Any]], device: str, *, what: st
                          tuple(s.elapsed_time(e) * 1e-3 for s, e in evs), warmup, flush_text,
                          flush_mode=flush.mode)
             for name, evs in events.items()}
+
+
+def time_flush_modes(fn: Callable[[], Any], *, what: str, repeats: int = 50, warmup: int = 5,
+                     modes: tuple[str, ...] = (*FLUSH_MODES, "none")) -> dict[str, Timing]:
+    """Time ``fn()`` after each L2 flush of ``modes`` (``"read"``, ``"write"``, ``"none"``), round by round.
+
+    Each round: for each mode, that flush (none for ``"none"``), a start event, ``fn()``, an end event;
+    one synchronisation at the end. The modes alternate call by call, so they share clocks and power:
+    the difference between their medians is the flush's effect on the timed call. GPU only.
+    """
+    import torch
+
+    if repeats < 1 or warmup < 0:
+        raise ValueError(f"need repeats >= 1 and warmup >= 0, got repeats={repeats}, warmup={warmup}")
+    bad = [m for m in modes if m not in (*FLUSH_MODES, "none")]
+    if bad or not modes:
+        raise ValueError(f"modes must be among {(*FLUSH_MODES, 'none')}, got {modes!r}")
+    flushers = {m: (l2_flusher(None, m) if m != "none" else None) for m in modes}
+    for _ in range(warmup):
+        fn()
+    events = {m: [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                  for _ in range(repeats)] for m in modes}
+    torch.cuda.synchronize()
+    for i in range(repeats):
+        for m, flush in flushers.items():
+            if flush is not None:
+                flush()
+            start, end = events[m][i]
+            start.record()
+            fn()
+            end.record()
+    torch.cuda.synchronize()
+    method = "CUDA events around each call; the flush modes interleaved call by call"
+    return {m: Timing(f"{what}: {m}", method, tuple(s.elapsed_time(e) * 1e-3 for s, e in events[m]), warmup,
+                      flushers[m].describe() if flushers[m] is not None else "none: the L2 cache is not flushed",
+                      flush_mode=m)
+            for m in modes}
