@@ -58,6 +58,22 @@ def test_a_case_takes_the_limiter_of_its_longest_kernel_and_keeps_the_stalls():
     assert not limiters.named_limiter_holds(case, "dram")
     with pytest.raises(ValueError, match="unknown limiter"):
         limiters.named_limiter_holds(case, "memory")
+    assert case["kernels"][0]["duration"] == {"value": pytest.approx(12.2e-6), "unit": "s",
+                                              "method": "ncu gpu__time_duration.sum"}
+
+
+def test_a_case_is_a_valid_experiment_record():
+    import json
+
+    from mlsys.bench.experiment import EXPERIMENT_SCHEMA
+    from mlsys.bench.records import validate_experiment
+
+    case = limiters.kernel_limiters(limiters.parse_ncu_csv(_CSV))
+    validate_experiment({"schema": EXPERIMENT_SCHEMA, "experiment": "layer_limiters", "date": "2026-12-02",
+                         "device": {"kind": "cuda", "name": "NVIDIA H200", "slug": "nvidia-h200"},
+                         "software": {"python": "3.12", "torch": "2.13.0"}, "quick": False,
+                         "shown_in": ["chapters/06_roofline"],
+                         "results": {"linear_t1": {"limiters": json.loads(json.dumps(case))}}})
 
 
 def test_ncu_command_profiles_only_the_bracketed_call(monkeypatch):

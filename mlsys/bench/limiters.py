@@ -127,9 +127,10 @@ def kernel_limiters(kernels: Sequence[Mapping[str, Any]], busy: float = 60.0) ->
     for k in kernels:
         m = k["metrics"]
         stalls = sorted(((r, m[name]) for r, name in STALLS.items() if name in m), key=lambda p: -p[1])[:3]
+        duration = {"value": m.get(DURATION, 0.0) * 1e-9, "unit": "s", "method": f"ncu {DURATION}"}
         rows.append({"name": k["name"], "limiter": classify(m, busy), "units": {u: m[n] for u, n in UNITS.items()},
-                     "occupancy": m.get(OCCUPANCY), "duration_ns": m.get(DURATION), "top_stalls": stalls})
-    longest = max(rows, key=lambda r: r["duration_ns"] or 0.0)
+                     "occupancy": m.get(OCCUPANCY), "duration": duration, "top_stalls": stalls})
+    longest = max(rows, key=lambda r: r["duration"]["value"])
     return {"kernels": rows, "limiter": longest["limiter"], "busy_threshold": busy,
             "rule": "busiest unit at or above the threshold, else latency (see mlsys.bench.limiters)"}
 
