@@ -92,3 +92,39 @@ def test_bad_input_is_refused_clearly():
         attention.max_seq_len_for_scores(4, 4, "fp16", Q_(8, "byte"))
     with pytest.raises(ValueError, match="block_m"):
         attention.fused_attention_bytes(1, 1, 8, 8, "fp16", block_m=0)
+
+
+def test_flash_intensity_is_about_the_query_tile_not_n_over_2():
+    # review part2.md R8: at N = 4096, D = 64, fp16, 128-query tiles. FLOPs per head 4 * 64 * 4096^2
+    # = 2^32; one tensor 4096 * 64 * 2 = 2^19 B; 32 query blocks -> (2 + 64) tensors = 66 * 2^19 B.
+    # Intensity 2^32 / (66 * 2^19) = 8192 / 66 = 124.1 FLOP/B, near 128 = 2 * block_m / s, far from N/2 = 2048.
+    i = attention.flash_intensity(4096, 64, block_m=128, dtype="fp16").to("FLOP/byte").magnitude
+    assert i == pytest.approx(8192 / 66)
+    assert 100 < i < 130
+    # the compulsory floor is N / s = 2048: the figure the chapter used to quote, which no kernel reaches here
+    t = attention.attention_traffic(1, 1, 4096, 64, "fp16")
+    assert t.fused_intensity.to("FLOP/byte").magnitude == pytest.approx(2048)
+    assert t.tiled_intensity.to("FLOP/byte").magnitude == pytest.approx(8192 / 66)
+    # it does not grow with N: at N = 16384, 4 * 64 * N^2 / ((2 + 256) * N * 64 * 2) = 2 N / 258 = 127.0
+    big = attention.flash_intensity(16384, 64).to("FLOP/byte").magnitude
+    assert big == pytest.approx(2 * 16384 / 258)
+    assert abs(big - 128) < 2
+
+
+def test_causal_tiled_bytes_by_hand():
+    # N = 100, block_m = 32: query blocks see 32, 64, 96, 100 keys = 292 keys of K and of V;
+    # one tensor 100 * 64 * 2 = 12800 B, so 2 * 12800 (Q, O) + 2 * 292 * 64 * 2 (K, V) = 25600 + 74752
+    assert attention.fused_attention_bytes(1, 1, 100, 64, "fp16", block_m=32, causal=True) == Q_(100352, "byte")
+
+
+def test_decode_attention_by_hand():
+    # one query over c = 1000 cached tokens, H = H_kv = 1, D = 64, bf16: 4 * 64 * 1000 = 256,000 FLOP;
+    # K and V: 2 * 1000 * 64 * 2 B = 256,000 B -> 1 FLOP/B
+    d = attention.decode_attention(1000, 1, 64)
+    assert d.flops == Q_(256_000, "FLOP") and d.bytes == Q_(256_000, "byte")
+    assert d.intensity.to("FLOP/byte").magnitude == pytest.approx(1.0)
+    # Llama-3-8B's grouped-query attention: 32 query heads share 8 KV heads -> 4 FLOP/B in bf16
+    g = attention.decode_attention(4096, 32, 128, kv_heads=8)
+    assert g.intensity.to("FLOP/byte").magnitude == pytest.approx(4.0)
+    with pytest.raises(ValueError, match="multiple"):
+        attention.decode_attention(10, 32, 128, kv_heads=5)

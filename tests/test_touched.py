@@ -111,3 +111,15 @@ def test_a_hostile_report_is_not_drawn():
     texts = [t.get_text() for t in figs[0].legends[0].get_texts()]
     assert "written outside (past the end): 1" in texts
     assert touched.show_report(object()) == []
+
+
+def test_lab5_attention_output_is_folded_into_rows():
+    class Report:  # a [batch, heads, seq, head_dim] = [1, 2, 37, 16] output: 2 * 37 = 74 rows of 16
+        shapes = {"the output": (1, 2, 37, 16)}
+        bad_stores = {"the output": [1184, 1185, 1199]}  # 1184 = 74 * 16: the first element past the end
+        unwritten_at = {"the output": [0]}
+
+    fig = touched.report_figures(Report())[0]
+    texts = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert texts == ["written: 1183", "never written: 1", "written outside (past the end): 3"]
+    assert fig.axes[0].images[0].get_array().shape == (75, 16)  # one row of guard below the 74 rows

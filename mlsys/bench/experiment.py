@@ -146,6 +146,7 @@ def run(name: str, quick: bool = False, device: str = "auto", out: str | Path | 
     from ..runtime.device import pick_device
     from .provenance import provenance
     from .records import validate_experiment
+    from .timing import DEFAULT_FLUSH_MODE
 
     exp = get(name)
     dev = pick_device(device)
@@ -160,6 +161,9 @@ def run(name: str, quick: bool = False, device: str = "auto", out: str | Path | 
         "experiment": name,
         **provenance(dev),
         "quick": quick,
+        # how the timer cleared the GPU's L2 by default in this run ("read" since 2026-12-02; records
+        # without this key were timed after a write-flush): each timing also keeps its own flush_mode
+        "l2_flush": DEFAULT_FLUSH_MODE if dev == "cuda" else "none",
         "shown_in": list(exp.shown_in),
         "runtime": {"value": round(time.perf_counter() - start, 3), "unit": "s"},
         "notes": ctx.notes,

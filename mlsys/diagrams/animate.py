@@ -54,9 +54,10 @@ def flash_animation(seq_len: int = 1024, block_m: int = 128, block_n: int = 128,
 
 
 #: the player's button icons as plain characters (matplotlib links Font Awesome from a CDN; the book is offline)
-_ICONS = {"fa-minus": "\u2212", "fa-fast-backward": "\u23ee", "fa-step-backward": "\u25c1|",
-          "fa-play fa-flip-horizontal": "\u25c0", "fa-pause": "\u23f8", "fa-play": "\u25b6",
-          "fa-step-forward": "|\u25b7", "fa-fast-forward": "\u23ed", "fa-plus": "+"}
+#: (only characters common fonts have: the media-control block U+23EE.. shows as empty boxes in many)
+_ICONS = {"fa-minus": "\u2212", "fa-fast-backward": "|\u25c0", "fa-step-backward": "\u25c1|",
+          "fa-play fa-flip-horizontal": "\u25c0", "fa-pause": "||", "fa-play": "\u25b6",
+          "fa-step-forward": "|\u25b7", "fa-fast-forward": "\u25b6|", "fa-plus": "+"}
 
 
 def to_html(anim: FuncAnimation, alt: str, default_mode: str = "once") -> str:

@@ -45,6 +45,7 @@ def draw_state(ax: Axes, p: int, states: list, t: int, *, small: bool = False) -
 
     img = np.array([[len(states[t][r][c]) for c in range(p)] for r in range(p)], dtype=float)
     ax.imshow(img, cmap="Blues", vmin=0, vmax=p, gid="ring-state")
+    ax.grid(False)
     for r in range(p):
         for c in range(p):
             n = int(img[r, c])

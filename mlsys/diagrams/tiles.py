@@ -109,6 +109,7 @@ def grouped_order(m: int = 8192, n: int = 8192, block_m: int = 128, block_n: int
         ax.imshow(img[:shown + 1], cmap=cmap, vmin=0, vmax=3, interpolation="nearest", gid="tiles")
         ax.set_xticks([])
         ax.set_yticks([])
+        ax.grid(False)
         ra, cb = distinct_strips(order, wave)
         ax.set_title(f"{name}\n{ra} A strips + {cb} B strips = {ra + cb}", fontsize=TEXT, gid="strips")
     fig.text(0.5, 0.005, f"left column: strips of A read; top row: strips of B read (first {shown} of "

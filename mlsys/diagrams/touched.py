@@ -69,6 +69,7 @@ def touched_grid(shape: Sequence[int], outside: Sequence[int] = (), unwritten: S
     ax.axhline(top + rows - 0.5, color="black", lw=1.2)
     ax.set_xticks([])
     ax.set_yticks([])
+    ax.grid(False)
     counts = [int(np.sum(grid == c)) for c in range(4)]
     ax.set_title(f"{name} ({' x '.join(str(int(s)) for s in shape)}): what your kernel wrote", fontsize=SMALL)
     handles = [Patch(facecolor=COLOURS[c], edgecolor="black", label=f"{LABELS[c]}: {counts[c]}")

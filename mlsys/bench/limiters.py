@@ -1,0 +1,168 @@
+"""What limits a kernel, measured: Nsight Compute's throughput breakdown, occupancy and stall reasons.
+
+A roofline *label* (left or right of the ridge) is not a *limiter*. The limiter is the unit a profile
+of that kernel, on that GPU, shows busiest. This module builds the ``ncu`` command that profiles one
+call of a Part II layer, parses its CSV, and names the limiter by one rule:
+
+* each unit's throughput as a percentage of its peak (:data:`UNITS`: DRAM, L2, L1/shared memory,
+  instruction issue, the tensor pipe, the FP32 pipe);
+* the limiter is the busiest unit if it is at or above ``busy`` percent (default 60, Nsight
+  Compute's own "high utilisation" line in its Speed-of-Light section);
+* otherwise no unit is near its peak: the kernel is ``"latency"``-bound (too few bytes or
+  instructions in flight: Little's law), and the record shows the achieved occupancy and the top
+  stall reasons beside it.
+
+The child side (:func:`child`) builds the layer with the experiment's own code, warms it up, and
+brackets exactly one call with ``cudaProfilerStart``/``Stop``, so ``ncu --profile-from-start off``
+sees that call's kernels and nothing else (no flush, no warm-up).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import shutil
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = ["UNITS", "OCCUPANCY", "STALLS", "DURATION", "metric_names", "ncu_argv", "parse_ncu_csv",
+           "classify", "kernel_limiters", "named_limiter_holds", "child"]
+
+UNITS: dict[str, str] = {
+    "dram": "dram__throughput.avg.pct_of_peak_sustained_elapsed",
+    "l2": "lts__throughput.avg.pct_of_peak_sustained_elapsed",
+    "l1": "l1tex__throughput.avg.pct_of_peak_sustained_active",
+    "issue": "sm__inst_issued.avg.pct_of_peak_sustained_active",
+    "tensor": "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
+    "fp32": "sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active",
+}
+"""Limiter name -> Nsight Compute metric (percent of that unit's peak)."""
+
+OCCUPANCY = "sm__warps_active.avg.pct_of_peak_sustained_active"
+"""Achieved occupancy, percent of the SM's warp slots."""
+
+DURATION = "gpu__time_duration.sum"
+"""The kernel's duration (ns in ncu's raw page)."""
+
+STALLS: dict[str, str] = {
+    reason: f"smsp__average_warps_issue_stalled_{reason}_per_issue_active.ratio"
+    for reason in ("long_scoreboard", "short_scoreboard", "barrier", "not_selected", "math_pipe_throttle",
+                   "mio_throttle", "lg_throttle", "wait", "membar", "dispatch_stall")
+}
+"""Stall reason -> warps stalled for that reason per issued instruction."""
+
+LATENCY = "latency"
+
+
+def metric_names() -> list[str]:
+    """Every metric the capture asks for, in a fixed order."""
+    return [*UNITS.values(), OCCUPANCY, DURATION, *STALLS.values()]
+
+
+def ncu_argv(experiment: str, case: str, out_csv: str | None = None, ncu: str | None = None) -> list[str]:
+    """The command that profiles one call of ``case`` of ``experiment`` (``--profile-from-start off``:
+    only the call :func:`child` brackets). ``--clock-control none`` keeps the GPU's own clocks, as the
+    timed runs have them. Raises ``FileNotFoundError`` when ``ncu`` is not on the PATH."""
+    exe = ncu or shutil.which("ncu")
+    if exe is None:
+        raise FileNotFoundError("ncu (Nsight Compute) is not on the PATH; install it or pass ncu=...")
+    argv = [exe, "--csv", "--page", "raw", "--profile-from-start", "off", "--clock-control", "none",
+            "--metrics", ",".join(metric_names())]
+    if out_csv:
+        argv += ["--log-file", out_csv]
+    return [*argv, sys.executable, "-m", "mlsys.bench.limiters", experiment, case]
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text.replace(",", ""))
+    except ValueError:
+        return None
+
+
+def parse_ncu_csv(text: str) -> list[dict[str, Any]]:
+    """Rows of ``ncu --csv --page raw``: one dict per kernel, ``{"name", "metrics": {metric: float}}``.
+
+    ncu prints its own log lines (``==PROF==``) before the table, and a units row after the header;
+    both are skipped. A row without the kernel's name column is an error.
+    """
+    lines = [ln for ln in text.splitlines() if ln.startswith('"')]
+    if not lines:
+        raise ValueError("no CSV table in the ncu output (was the call bracketed by cudaProfilerStart/Stop?)")
+    rows = list(csv.reader(io.StringIO("\n".join(lines))))
+    header = rows[0]
+    if "Kernel Name" not in header:
+        raise ValueError(f"ncu CSV has no 'Kernel Name' column; header: {header[:8]}")
+    out = []
+    for row in rows[1:]:
+        rec = dict(zip(header, row, strict=False))
+        if not rec.get("ID", "").strip().isdigit():  # the units row
+            continue
+        metrics = {m: v for m in metric_names() if (v := _number(rec.get(m, ""))) is not None}
+        out.append({"name": rec["Kernel Name"], "metrics": metrics})
+    return out
+
+
+def classify(metrics: Mapping[str, float], busy: float = 60.0) -> str:
+    """The limiter: the busiest of :data:`UNITS` if at or above ``busy`` percent, else ``"latency"``.
+
+    A metric missing from ``metrics`` raises ``KeyError`` naming it (a missing input is a failure).
+    """
+    if not 0 < busy <= 100:
+        raise ValueError(f"busy must be a percentage in (0, 100], got {busy}")
+    missing = [m for m in UNITS.values() if m not in metrics]
+    if missing:
+        raise KeyError(f"the profile lacks {missing}; cannot name a limiter")
+    unit, pct = max(((u, metrics[m]) for u, m in UNITS.items()), key=lambda p: p[1])
+    return unit if pct >= busy else LATENCY
+
+
+def kernel_limiters(kernels: Sequence[Mapping[str, Any]], busy: float = 60.0) -> dict[str, Any]:
+    """The record of one case: each kernel with its limiter and top stalls, and the case's limiter,
+    that of its longest kernel (by :data:`DURATION`)."""
+    if not kernels:
+        raise ValueError("no kernels were profiled")
+    rows = []
+    for k in kernels:
+        m = k["metrics"]
+        stalls = sorted(((r, m[name]) for r, name in STALLS.items() if name in m), key=lambda p: -p[1])[:3]
+        duration = {"value": m.get(DURATION, 0.0) * 1e-9, "unit": "s", "method": f"ncu {DURATION}"}
+        rows.append({"name": k["name"], "limiter": classify(m, busy), "units": {u: m[n] for u, n in UNITS.items()},
+                     "occupancy": m.get(OCCUPANCY), "duration": duration, "top_stalls": stalls})
+    longest = max(rows, key=lambda r: r["duration"]["value"])
+    return {"kernels": rows, "limiter": longest["limiter"], "busy_threshold": busy,
+            "rule": "busiest unit at or above the threshold, else latency (see mlsys.bench.limiters)"}
+
+
+def named_limiter_holds(record_case: Mapping[str, Any], named: str) -> bool:
+    """Whether a page may say ``named`` limits this case: the record's limiter must be that name."""
+    if named not in (*UNITS, LATENCY):
+        raise ValueError(f"unknown limiter {named!r}; expected one of {[*UNITS, LATENCY]}")
+    return record_case["limiter"] == named
+
+
+def child(experiment: str, case: str) -> None:
+    """Build ``case`` with ``experiment``'s own code, warm it up, and profile exactly one call."""
+    import torch
+
+    if experiment != "layer_roofline":
+        raise ValueError(f"limiter capture knows the Part II layers of layer_roofline, got {experiment!r}")
+    from .experiments import layer_roofline
+
+    cases = {name: (kind, p) for name, kind, p in layer_roofline._cases("cuda", quick=False)}
+    if case not in cases:
+        raise KeyError(f"unknown case {case!r}; layer_roofline has {sorted(cases)}")
+    kind, params = cases[case]
+    fn = layer_roofline._callable(kind, params, torch.bfloat16, "cuda")
+    for _ in range(5):
+        fn()
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStart()
+    fn()
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStop()
+
+
+if __name__ == "__main__":
+    child(*sys.argv[1:3])

@@ -1,0 +1,120 @@
+"""Measured limiters (mlsys.bench.limiters): the ncu CSV read, the limiter rule, and the page check that a
+chapter names a kernel's limiter only where a recorded profile of it says so (review part2.md, pattern 1)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from mlsys.bench import limiters
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# a table in the shape ncu --csv --page raw prints: log lines, a header, a units row, one row per kernel
+_CSV = "\n".join([
+    "==PROF== Connected to process 123",
+    '"ID","Process ID","Kernel Name","' + '","'.join(limiters.metric_names()) + '"',
+    '"","","","' + '","'.join("%" for _ in limiters.metric_names()) + '"',
+    '"0","123","splitK_gemv","58.0","40.1","30.0","35.5","0","12.0","14.7","12200","12.7","0.3","0.1","1.0",'
+    '"0","0.2","0.1","0","0","0"',
+    '"1","123","reduce","10.0","9.0","8.0","11.0","0","5.0","20.0","1500","2.0","0.1","0","0.4","0","0","0","0",'
+    '"0","0"',
+])
+
+
+def test_the_csv_is_read_kernel_by_kernel():
+    rows = limiters.parse_ncu_csv(_CSV)
+    assert [r["name"] for r in rows] == ["splitK_gemv", "reduce"]  # the units row and log lines skipped
+    m = rows[0]["metrics"]
+    assert m[limiters.UNITS["dram"]] == 58.0 and m[limiters.OCCUPANCY] == 14.7 and m[limiters.DURATION] == 12200
+    with pytest.raises(ValueError, match="no CSV"):
+        limiters.parse_ncu_csv("==PROF== nothing profiled")
+
+
+def test_the_rule_names_the_busiest_unit_or_latency():
+    u = limiters.UNITS
+    # the review's H200 LayerNorm: issue slots 76% busy, DRAM 57% -> issue
+    ln = {u["dram"]: 56.8, u["l2"]: 40, u["l1"]: 45, u["issue"]: 76, u["tensor"]: 0, u["fp32"]: 30}
+    assert limiters.classify(ln) == "issue"
+    # the review's decode GEMV main kernel: DRAM 58%, nothing at 60% -> latency (too few bytes in flight)
+    gemv = limiters.parse_ncu_csv(_CSV)[0]["metrics"]
+    assert limiters.classify(gemv) == "latency"
+    # a matmul with its tensor pipe 85% busy
+    assert limiters.classify({**ln, u["tensor"]: 85}) == "tensor"
+    with pytest.raises(KeyError, match="lacks"):
+        limiters.classify({u["dram"]: 90})
+    with pytest.raises(ValueError, match="percentage"):
+        limiters.classify(ln, busy=0)
+
+
+def test_a_case_takes_the_limiter_of_its_longest_kernel_and_keeps_the_stalls():
+    case = limiters.kernel_limiters(limiters.parse_ncu_csv(_CSV))
+    assert case["limiter"] == "latency"  # the 12.2 us GEMV kernel, not the 1.5 us reduction
+    top = case["kernels"][0]["top_stalls"]
+    assert top[0] == ("long_scoreboard", 12.7)  # the largest of the ten stall ratios in the row
+    assert limiters.named_limiter_holds(case, "latency")
+    assert not limiters.named_limiter_holds(case, "dram")
+    with pytest.raises(ValueError, match="unknown limiter"):
+        limiters.named_limiter_holds(case, "memory")
+    assert case["kernels"][0]["duration"] == {"value": pytest.approx(12.2e-6), "unit": "s",
+                                              "method": "ncu gpu__time_duration.sum"}
+
+
+def test_a_case_is_a_valid_experiment_record():
+    import json
+
+    from mlsys.bench.experiment import EXPERIMENT_SCHEMA
+    from mlsys.bench.records import validate_experiment
+
+    case = limiters.kernel_limiters(limiters.parse_ncu_csv(_CSV))
+    validate_experiment({"schema": EXPERIMENT_SCHEMA, "experiment": "layer_limiters", "date": "2026-12-02",
+                         "device": {"kind": "cuda", "name": "NVIDIA H200", "slug": "nvidia-h200"},
+                         "software": {"python": "3.12", "torch": "2.13.0"}, "quick": False,
+                         "shown_in": ["chapters/06_roofline"],
+                         "results": {"linear_t1": {"limiters": json.loads(json.dumps(case))}}})
+
+
+def test_ncu_command_profiles_only_the_bracketed_call(monkeypatch):
+    argv = limiters.ncu_argv("layer_roofline", "linear_t1", ncu="/opt/ncu")
+    assert argv[0] == "/opt/ncu" and "--profile-from-start" in argv and argv[argv.index("--profile-from-start") + 1] == "off"
+    assert argv[-3:] == ["mlsys.bench.limiters", "layer_roofline", "linear_t1"]
+    monkeypatch.setattr(limiters.shutil, "which", lambda name: None)
+    with pytest.raises(FileNotFoundError, match="ncu"):
+        limiters.ncu_argv("layer_roofline", "linear_t1")
+
+
+# --- the page check -----------------------------------------------------------------------------------
+
+_PHRASE = re.compile(r"\b(?:issue|latency|L2|FP32|DRAM|HBM|bandwidth|memory|compute)[- ]bound\b"
+                     r"|\blimited by (?:the )?(?:memory|HBM|DRAM|L2|issue|instruction|FP32|tensor|latency)", re.I)
+_LABEL = re.compile(r"roofline|ridge|label", re.I)  # "left of the ridge" is a roofline label, not a limiter
+
+
+def limiter_claims(md: str) -> list[str]:
+    """Sentences that say what limits a measured kernel: a limiter phrase beside a glued figure, and not a
+    statement about the roofline label."""
+    md = re.sub(r"^---\n.*?\n---\n", "", md, flags=re.S)
+    md = re.sub(r"```.*?```", "", md, flags=re.S)
+    return [" ".join(s.split()) for s in re.split(r"(?<=[.!?])\s+", md)
+            if "{glue:text}" in s and _PHRASE.search(s) and not _LABEL.search(s)]
+
+
+def test_the_page_check_catches_an_unprofiled_limiter():
+    assert limiter_claims("The GEMV runs at {glue:text}`bw`: it is latency-bound.")
+    assert limiter_claims("The fused kernel is limited by HBM bandwidth at {glue:text}`x`.")
+    assert not limiter_claims("It sits left of the ridge at {glue:text}`i` FLOP/byte: memory-bound on the roofline.")
+    assert not limiter_claims("A kernel with few threads is latency-bound.")  # a definition, no measured figure
+
+
+PART2 = sorted([*ROOT.glob("chapters/0[6-9]_*.md"), *ROOT.glob("chapters/10*_*.md")])
+
+
+@pytest.mark.parametrize("path", PART2, ids=[p.stem for p in PART2])
+def test_part2_names_a_limiter_only_with_a_recorded_profile(path):
+    text = path.read_text(encoding="utf-8")
+    claims = limiter_claims(text)
+    assert not claims or "named_limiter_holds(" in text, (
+        f"{path.name} names what limits a measured kernel without checking it against a recorded profile "
+        f"(mlsys.bench.limiters.named_limiter_holds on the layer_limiters record): {claims}")
