@@ -253,6 +253,20 @@ def test_navigation_opens_on_a_phone_and_screenshots(browser, server):
         "at 390 px the navigation button did not open the chapter list"
 
 
+def test_the_book_has_drawn_diagrams():
+    """At least 14 figures labelled diagram-... (drawn by mlsys.diagrams), each a captioned figure whose image
+    has alt text of a sentence or more."""
+    found = []
+    for rel in PAGES:
+        html = (HTML / rel).read_text(encoding="utf-8")
+        for m in re.finditer(r'<figure\b[^>]*id="(diagram-[a-z0-9-]+)".*?</figure>', html, flags=re.S):
+            alt = re.search(r'<img[^>]*alt="([^"]*)"', m.group(0))
+            assert alt and len(alt.group(1).split()) >= 12, f"{rel}: {m.group(1)} has no alt text describing it"
+            assert "<figcaption>" in m.group(0), f"{rel}: {m.group(1)} has no caption"
+            found.append(m.group(1))
+    assert len(set(found)) >= 14, f"expected at least 14 diagram- figures, found {len(set(found))}: {sorted(found)}"
+
+
 ANIMATION_PAGES = [rel for rel in PAGES if '<div class="animation">' in (HTML / rel).read_text(encoding="utf-8")]
 
 

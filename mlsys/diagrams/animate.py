@@ -23,7 +23,7 @@ from .style import canvas, new_figure
 def ring_animation(p: int = 4, interval: int = 900) -> FuncAnimation:
     """One frame per state of a ``p``-rank ring all-reduce (start and ``2 (p - 1)`` steps)."""
     states = ring_schedule(p)
-    fig = new_figure(4.2, 3.6, dpi=90)
+    fig = new_figure(4.2, 3.6, dpi=90, scale=1.0)
     ax = fig.add_axes((0.2, 0.08, 0.75, 0.75))
 
     def frame(t: int) -> list:

@@ -38,7 +38,7 @@ def online_softmax(scores: Sequence[float] = EXAMPLE_SCORES, block: int = 4) -> 
     ``l`` is the softmax's denominator ``sum(exp(s - max))`` without a second pass."""
     state = running_max_sum(scores, block)
     fig = new_figure(7.0, 3.4, dpi=110)
-    ax = fig.add_axes((0.08, 0.2, 0.9, 0.66))
+    ax = fig.add_axes((0.1, 0.22, 0.88, 0.6))
     x = np.arange(len(scores))
     ax.bar(x, scores, color=ORANGE, edgecolor="black", lw=0.5, gid="score")
     for b, (m, total) in enumerate(state):
@@ -51,7 +51,7 @@ def online_softmax(scores: Sequence[float] = EXAMPLE_SCORES, block: int = 4) -> 
     ax.set_xlim(-0.6, len(scores) - 0.4)
     ax.set_xticks([])
     ax.set_ylabel("score s", fontsize=TEXT)
-    ax.set_title(f"Online softmax: blocks of {block}, running max m (blue) and sum l = sum exp(s - m)",
+    ax.set_title(f"Online softmax, blocks of {block}: running max m (blue)\nand running sum l = sum exp(s - m)",
                  fontsize=10)
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)

@@ -85,19 +85,19 @@ def _grid_panel(ax, blocks: int, warps: int) -> None:
     """The grid of ``blocks`` blocks; block 0 opened into ``warps`` warps; warp 0 into 32 lanes."""
     cols = min(blocks, 4)
     rows = math.ceil(blocks / cols)
-    ax.text(0.2, 9.2, f"grid of {blocks} blocks = {blocks} Triton programs", fontsize=SMALL,
+    ax.text(0.2, 9.2, f"{blocks} blocks = {blocks} Triton programs", fontsize=SMALL,
             va="center", weight="bold")
     for b in range(blocks):
         r, c = divmod(b, cols)
         box(ax, 0.2 + c * 1.3, 8.5 - (r + 1) * 0.8, 1.15, 0.65, f"block {b}", "compute" if b == 0 else "plain",
             size=7.5, gid="block")
-    top = 8.5 - rows * 0.8 - 0.3
-    ax.text(0.2, top, f"block 0 = {warps} warps of {WARP_SIZE} threads", fontsize=SMALL, va="center", weight="bold")
+    top = 8.5 - rows * 0.8 - 0.45
+    ax.text(0.2, top, f"block 0: {warps} warps", fontsize=SMALL, va="center", weight="bold")
     for wi in range(warps):
         box(ax, 0.2 + wi * (5.0 / warps), top - 0.95, 5.0 / warps - 0.1, 0.7, f"warp {wi}",
             "memory" if wi == 0 else "plain", size=7.5, gid="warp")
     ytop = top - 1.4
-    ax.text(0.2, ytop, f"warp 0 = {WARP_SIZE} threads (lanes) in lockstep", fontsize=SMALL, va="center", weight="bold")
+    ax.text(0.2, ytop, f"warp 0: {WARP_SIZE} threads (lanes)", fontsize=SMALL, va="center", weight="bold")
     lane = 5.0 / 16
     for t in range(WARP_SIZE):
         r, c = divmod(t, 16)
@@ -117,15 +117,15 @@ def thread_hierarchy(accel: Accelerator | str | None = None, blocks: int = 8, th
     fig, ax = canvas(7.0, 4.9, (0, 12), (0, 9.6), f"Grid, block, warp, thread on the {a.name}")
     _grid_panel(ax, blocks, warps)
     shown = min(blocks, 4) if a.sm_count is None else min(blocks, a.sm_count, 4)
-    ax.text(6.4, 9.2, f"SMs (of {a.sm_count})" if a.sm_count else "SMs (count not in the course's data)",
+    ax.text(6.9, 9.2, f"SMs (of {a.sm_count})" if a.sm_count else "SMs (count not in the course's data)",
             fontsize=SMALL, weight="bold", va="center")
     for s in range(shown):
         y = 8.4 - s * 2.0
-        box(ax, 6.4, y - 1.5, 5.2, 1.7, "", "host", gid="sm")
-        ax.text(6.5, y + 0.0, f"SM {s}", fontsize=SMALL, va="top")
+        box(ax, 6.9, y - 1.5, 4.9, 1.7, "", "host", gid="sm")
+        ax.text(7.0, y + 0.0, f"SM {s}", fontsize=SMALL, va="top")
         mine = [b for b in range(blocks) if b % (a.sm_count or shown) == s]
         for j, b in enumerate(mine[:3]):
-            box(ax, 7.4 + j * 1.4, y - 1.3, 1.25, 0.9, f"block {b}", "compute" if b == 0 else "plain", size=7.5)
+            box(ax, 8.0 + j * 1.4, y - 1.3, 1.25, 0.9, f"block {b}", "compute" if b == 0 else "plain", size=7.5)
     if blocks > shown:
-        ax.text(9.0, 0.25, "a block never moves between SMs", fontsize=SMALL, ha="center", style="italic")
+        ax.text(9.35, 0.25, "a block stays on its SM", fontsize=SMALL, ha="center", style="italic")
     return fig

@@ -34,13 +34,13 @@ def streams_overlap(copy: object = 1.0, compute: object = 0.6, chunks: int = 4) 
     one, two = stream_times(c_tot, k_tot, chunks)
     scale = 10.0 / one
     c, k = c_tot / chunks * scale, k_tot / chunks * scale
-    fig, ax = canvas(7.0, 3.8, (-2.9, 10.6), (0, 6.6), "Host and device: a queue of commands, one or two streams",
+    fig, ax = canvas(7.0, 3.8, (-3.9, 10.6), (0, 6.6), "Host and device: a queue of commands, one or two streams",
                      equal=False)
     launch = 0.25
     for i in range(chunks):
         bar(ax, 5.8, 2 * i * launch, launch * 0.9, "", "host", height=0.6, gid="enqueue")
         bar(ax, 5.8, (2 * i + 1) * launch, launch * 0.9, "", "host", height=0.6, gid="enqueue")
-    ax.text(2 * chunks * launch + 0.2, 5.8, "CPU enqueues every copy and kernel, then is free", fontsize=SMALL,
+    ax.text(2 * chunks * launch + 0.2, 5.8, "the CPU enqueues it all, then is free", fontsize=SMALL,
             va="center")
     t = 0.0
     for i in range(chunks):

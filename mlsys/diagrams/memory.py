@@ -58,14 +58,13 @@ def memory_hierarchy(accel: Accelerator | str | None = None, latency: Mapping[st
         cap_text = size_text(cap) if cap is not None else None
         ax.text(6.1, y + 1.2, "capacity: " + (cap_text or ""), fontsize=SMALL, va="center", gid="capacity")
         if cap_text is None:
-            missing(ax, 7.5, y + 1.2)
+            missing(ax, 7.6, y + 1.2)
         for j, (what, figs, unit) in enumerate((("latency", latency, "ns"), ("bandwidth", bandwidth, "TB/s"))):
             yy = y + 0.7 - j * 0.5
             if name in figs:
                 ax.text(6.1, yy, f"{what}: {_fmt(figs[name], unit)}", fontsize=SMALL, va="center", gid=what)
             else:
-                ax.text(6.1, yy, f"{what}:", fontsize=SMALL, va="center")
-                missing(ax, 7.5 if what == "latency" else 7.9, yy)
+                missing(ax, 6.1, yy, what)
     ax.annotate("", xy=(0.15, 0.2), xytext=(0.15, 7.9), arrowprops={"arrowstyle": "-|>", "color": GREY})
     ax.text(0.3, 0.2, "larger, slower", fontsize=7.5, color=GREY, rotation=90, va="bottom")
     return fig
@@ -102,7 +101,7 @@ def coalescing(strides: tuple[int, int] = (1, 8), itemsize: int = 4) -> Figure:
         n = _lanes_panel(ax, y, stride, itemsize, drawn)
         assert n == sectors_per_warp(stride, itemsize)
         useful = WARP_SIZE * itemsize
-        ax.text(0.5, y + 0.85, f"stride {stride}: 32 lanes x {itemsize} B = {useful} B asked, {n} sectors = "
+        ax.text(0.5, y + 0.85, f"stride {stride}: {useful} B asked, {n} sectors = "
                 f"{n * SECTOR_BYTES} B moved ({useful / (n * SECTOR_BYTES):.0%} useful)", fontsize=SMALL, gid="summary")
         ax.text(11.6, y + 0.25, "lanes", fontsize=7.5, ha="left", va="center")
         ax.text(11.6, y - 1.25, "sectors", fontsize=7.5, ha="left", va="center")

@@ -69,14 +69,14 @@ def ring_allreduce(p: int = 4, nbytes: object = None) -> Figure:
     cols = min(n, 4)
     rows = math.ceil(n / cols)
     fig = new_figure(7.0, 1.9 * rows + 0.6, dpi=110)
-    fig.suptitle(f"Ring all-reduce on {p} ranks: {p - 1} reduce-scatter steps, then {p - 1} all-gather steps",
+    fig.suptitle(f"Ring all-reduce on {p} ranks:\n{p - 1} reduce-scatter steps, then {p - 1} all-gather steps",
                  fontsize=10)
     for t in range(n):
         ax = fig.add_subplot(rows, cols, t + 1)
         draw_state(ax, p, states, t, small=t > 0)
     size = Q_(1, "GiB") if nbytes is None else nbytes
     sent = allreduce_bytes_per_gpu(size, p)
-    fig.text(0.5, 0.01, f"numbers: ranks whose values a chunk holds. Each rank sends 2(p-1)/p = "
+    fig.text(0.5, 0.01, f"cell: how many ranks' values the chunk holds\neach rank sends 2(p-1)/p = "
              f"{sent.to('byte').m / Q_(size).to('byte').m:.2f} of the buffer", ha="center", fontsize=SMALL)
-    fig.subplots_adjust(hspace=0.6, top=0.82, bottom=0.1)
+    fig.subplots_adjust(hspace=0.7, top=0.78, bottom=0.16)
     return fig

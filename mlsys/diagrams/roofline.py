@@ -11,7 +11,7 @@ from .style import BLUE, GREEN, GREY, ORANGE, PURPLE, SKY, SMALL, TEXT, VERMILLI
 
 def _axes(title: str):
     fig = new_figure(7.0, 4.2, dpi=110)
-    ax = fig.add_axes((0.11, 0.13, 0.85, 0.78))
+    ax = fig.add_axes((0.15, 0.17, 0.81, 0.72))
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOP/byte)", fontsize=TEXT)
@@ -40,11 +40,11 @@ def roofline_regions(accel: Accelerator | str | None = None, dtype: str = "bf16"
     ax.set_ylim(bw * x[0] / 2, peak * 6)
     ax.set_xlim(x[0], x[-1])
     ax.axvline(ridge, color=GREY, ls="--", lw=1)
-    ax.text(ridge * 1.08, peak * 2.2, f"ridge point: {ridge:.0f} FLOP/byte", fontsize=TEXT, gid="ridge")
+    ax.text(ridge / 1.1, peak * 2.2, f"ridge point: {ridge:.0f} FLOP/byte", fontsize=TEXT, ha="right", gid="ridge")
     ax.text(ridge / 10, bw * ridge / 10 / 8, "memory-bound:\nfewer bytes help", fontsize=TEXT, ha="center",
             gid="region")
     ax.text(ridge * 5, peak / 12, "compute-bound:\nfewer FLOPs help", fontsize=TEXT, ha="center", gid="region")
-    ax.text(ridge / 30, peak * 1.6, "unreachable", fontsize=TEXT, color=VERMILLION, style="italic", gid="region")
+    ax.text(ridge / 100, peak * 0.6, "unreachable", fontsize=TEXT, color=VERMILLION, style="italic", gid="region")
     ax.text(ridge / 150, bw * ridge / 150 * 0.45, f"slope: HBM {bw:.3g} TB/s", fontsize=SMALL, color=BLUE)
     ax.text(ridge * 3, peak * 1.15, f"{peak:.3g} TFLOP/s", fontsize=SMALL, color="black")
     return fig

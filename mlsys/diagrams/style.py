@@ -28,8 +28,12 @@ BLUE, VERMILLION, GREEN, PURPLE, ORANGE, SKY, YELLOW, BLACK = (
 GREY = "#777777"
 LIGHT = "#F2F2F2"
 
-#: font sizes (points) readable at 390 px display width
+#: font sizes (points)
 TEXT, SMALL, TITLE = 10, 8.5, 11
+
+#: page figures are drawn at this share of their nominal size (a nominal 7-inch diagram is 5.1 inches, 560 px
+#: at 110 dpi), so on a phone's 350 px column they shrink by 0.62 and 8.5-point text stays about 8 px high
+SCALE = 0.73
 
 
 @dataclass(frozen=True)
@@ -69,10 +73,11 @@ def accelerator(accel: Accelerator | str | None) -> Accelerator:
     raise TypeError(f"expected an Accelerator or its name, got {accel!r:.80}")
 
 
-def new_figure(width: float, height: float, dpi: float = 110) -> Figure:
-    """A figure of ``width x height`` inches on its own Agg canvas (no pyplot: nothing is shown twice, and
-    it can be drawn and measured, e.g. by :func:`mlsys.viz.label_collisions`)."""
-    fig = Figure(figsize=(width, height), dpi=dpi)
+def new_figure(width: float, height: float, dpi: float = 110, *, scale: float = SCALE) -> Figure:
+    """A figure of nominal ``width x height`` inches (drawn at ``scale`` of that, see :data:`SCALE`) on its own
+    Agg canvas (no pyplot: nothing is shown twice, and it can be drawn and measured, e.g. by
+    :func:`mlsys.viz.label_collisions`)."""
+    fig = Figure(figsize=(width * scale, height * scale), dpi=dpi)
     FigureCanvasAgg(fig)
     return fig
 

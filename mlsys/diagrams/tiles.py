@@ -95,10 +95,10 @@ def grouped_order(m: int = 8192, n: int = 8192, block_m: int = 128, block_n: int
     g = tile_grid(m, n, block_m, block_n)
     wave = a.sm_count
     fig = new_figure(7.0, 4.1, dpi=110)
-    fig.suptitle(f"First wave of {wave} tiles on the {a.name} ({m} x {n}, tiles {block_m} x {block_n})", fontsize=11)
+    fig.suptitle(f"First wave of {wave} tiles on the {a.name}\n({m} x {n}, tiles {block_m} x {block_n})", fontsize=11)
     cmap = ListedColormap([LIGHT, ORANGE, SKY, YELLOW])
     for idx, (gm, name) in enumerate(((1, "row-major"), (group_m, f"grouped, GROUP_M = {group_m}"))):
-        ax = fig.add_axes((0.04 + idx * 0.5, 0.04, 0.42, 0.72))
+        ax = fig.add_axes((0.04 + idx * 0.5, 0.1, 0.42, 0.6))
         order = tile_order(g.tiles_m, g.tiles_n, gm)
         img = np.zeros((g.tiles_m + 1, g.tiles_n + 1))
         shown = min(g.tiles_m, max(2 * group_m, math.ceil(wave / g.tiles_n) + 2))
@@ -112,7 +112,7 @@ def grouped_order(m: int = 8192, n: int = 8192, block_m: int = 128, block_n: int
         ax.grid(False)
         ra, cb = distinct_strips(order, wave)
         ax.set_title(f"{name}\n{ra} A strips + {cb} B strips = {ra + cb}", fontsize=TEXT, gid="strips")
-    fig.text(0.5, 0.005, f"left column: strips of A read; top row: strips of B read (first {shown} of "
+    fig.text(0.5, 0.005, f"left column: strips of A read; top row: strips of B read\n(first {shown} of "
              f"{g.tiles_m} rows of tiles shown)", ha="center", fontsize=SMALL)
     return fig
 
@@ -143,17 +143,17 @@ def pipeline_stages(stages: int = 3, k_steps: int = 6, load: float = 1.0, mma: f
     one = pipeline_schedule(k_steps, 1, load, mma)
     many = pipeline_schedule(k_steps, stages, load, mma)
     end = one[-1][1] + mma
-    fig, ax = canvas(7.0, 3.4, (-3.2, end + 0.3), (-0.6, 5.8), f"Software pipelining: {k_steps} k steps, "
+    fig, ax = canvas(7.0, 3.4, (-5.2, end + 0.6), (-0.6, 5.8), f"Software pipelining: {k_steps} k steps, "
                      f"1 stage against {stages}", equal=False)
     for y0, sched, name, gid in ((4.4, one, "1 stage", "s1"), (1.6, many, f"{stages} stages", "sn")):
         for i, (ls, ms) in enumerate(sched):
-            bar(ax, y0, ls, load * 0.95, f"load {i}", "memory", gid=f"load-{gid}")
-            bar(ax, y0 - 0.9, ms, mma * 0.95, f"MMA {i}", "compute", gid=f"mma-{gid}")
-        ax.text(-0.2, y0, f"{name}: loads", ha="right", va="center", fontsize=SMALL)
-        ax.text(-0.2, y0 - 0.9, "MMA (tensor cores)", ha="right", va="center", fontsize=SMALL)
+            bar(ax, y0, ls, load * 0.95, f"{i}", "memory", gid=f"load-{gid}")
+            bar(ax, y0 - 0.9, ms, mma * 0.95, f"{i}", "compute", gid=f"mma-{gid}")
+        ax.text(-0.2, y0 + 0.75, name, ha="right", va="center", fontsize=TEXT, weight="bold")
+        ax.text(-0.2, y0, "load chunk i", ha="right", va="center", fontsize=SMALL)
+        ax.text(-0.2, y0 - 0.9, "MMA on chunk i", ha="right", va="center", fontsize=SMALL)
         finish = sched[-1][1] + mma
         ax.plot([finish, finish], [y0 - 1.4, y0 + 0.5], color=BLUE, lw=1.2)
         ax.text(finish + 0.05, y0 + 0.45, f"{finish:g}", fontsize=SMALL, color=BLUE, gid=f"finish-{gid}")
-    ax.text(0, -0.4, f"shared memory holds {stages} chunks of A and B at once: {stages} times one stage's bytes",
-            fontsize=SMALL)
+    ax.text(0, -0.4, f"{stages} stages: {stages} chunks of A and B in shared memory at once", fontsize=SMALL)
     return fig

@@ -59,7 +59,7 @@ def touched_grid(shape: Sequence[int], outside: Sequence[int] = (), unwritten: S
     grid = touched_map(shape, outside, unwritten)
     h, w = grid.shape
     aspect = h / w
-    fig = new_figure(4.2, min(4.2, max(1.6, 3.6 * aspect + 0.9)), dpi=90)
+    fig = new_figure(4.2, min(4.2, max(1.6, 3.6 * aspect + 0.9)), dpi=90, scale=1.0)
     ax = fig.add_axes((0.08, 0.28, 0.88, 0.6))
     ax.imshow(grid, cmap=ListedColormap(COLOURS), vmin=0, vmax=3, interpolation="nearest", aspect="auto")
     n_before = int(np.sum(grid == BEFORE))
