@@ -37,7 +37,18 @@ def test_the_splitter_keeps_abbreviations_decimals_and_initials_inside_a_sentenc
     assert r.split_sentences("M. Milakov wrote it. Second one here.") == ["M. Milakov wrote it.", "Second one here."]
     assert r.split_sentences("Is it? Yes! (A bracket opens one.) Done") == ["Is it?", "Yes!", "(A bracket opens one.)",
                                                                              "Done"]
-    assert r.split_sentences("i.e. NVIDIA's etc. And vs. AMD.") == ["i.e. NVIDIA's etc. And vs. AMD."]
+    assert r.split_sentences("i.e. NVIDIA's vs. AMD. Next.") == ["i.e. NVIDIA's vs. AMD.", "Next."]
+    # a unit or "etc." before the period ends the sentence; a lower-case letter is no initial
+    assert r.split_sentences("It took 1.5 ms. Then 2 ms. And so on, etc. The size n. Done") == [
+        "It took 1.5 ms.", "Then 2 ms.", "And so on, etc.", "The size n.", "Done"]
+
+
+def test_a_sentence_may_open_with_code_and_a_bold_lead_in_is_a_label():
+    page = ("<article><p><strong>Exercise 1.</strong> Compute the ridge. The choice depends on dtype. "
+            "<code>fp32</code> cannot use it.</p><p>Ends with <strong>bold</strong>. Next one.</p></article>")
+    s = r.page_stats(page)
+    # "Exercise 1 Compute the ridge." (5) | "The choice depends on dtype." (5) | "fp32 cannot use it." (4) | 3 | 2
+    assert s.sentences == [5, 5, 4, 3, 2]
 
 
 def test_words_count_tokens_with_a_letter_or_digit():
@@ -53,7 +64,10 @@ def test_a_page_s_teaching_text_by_hand():
     assert (s.glued, s.bold_glued, s.sass) == (2, 2, 1)  # MyST-NB's CSS sets every glued value in bold
     assert (s.figures, s.code_lines) == (1, 2)  # the hidden cell's line is not counted
     assert s.bold_glued_per_100 == pytest.approx(200 / 52)
-    assert s.reading_minutes == pytest.approx(52 / 120 + 1.5 + 0.2)
+    # shown: the 52 + the printed output (3) + the caption "Figure 1: A caption with many words." (7); not the code,
+    # the collapsed notes, the box titles, the navigation or the references
+    assert s.shown_words == 62
+    assert s.reading_minutes == pytest.approx(62 / 120 + 1.5 + 0.2)
     plain = r.page_stats(PAGE, glue_bold_by_default=False)
     assert (plain.glued, plain.bold_glued) == (2, 1)  # only the one inside <strong>
 
