@@ -9,7 +9,8 @@ why, when there is no built book or no Chromium. It checks, on every page of ``_
 * no table or code block is wider than the text column at 1280 px (nothing hidden behind a scrollbar);
 * no raw MyST, ``glue`` placeholder or unrendered TeX is left in the text, and no literal ``{glue``
   anywhere on the page, code spans included (a role inside inline code is never parsed);
-* the search page finds a term from a chapter; at 390 px the navigation opens.
+* the search page finds a term from a chapter; at 390 px the navigation opens;
+* the book has at least two animations, and pressing Play on each changes the frame it shows.
 
 Screenshots of two pages (desktop and phone width) go to ``_build/screenshots/``.
 """
@@ -250,3 +251,36 @@ def test_navigation_opens_on_a_phone_and_screenshots(browser, server):
     phone.close()
     assert visible and box is not None and box["x"] >= -1 and box["width"] > 100, \
         "at 390 px the navigation button did not open the chapter list"
+
+
+ANIMATION_PAGES = [rel for rel in PAGES if '<div class="animation">' in (HTML / rel).read_text(encoding="utf-8")]
+
+
+def test_the_book_has_animations():
+    """At least two animated diagrams (matplotlib's JS players, mlsys.diagrams.Player) are in the book."""
+    count = sum((HTML / rel).read_text(encoding="utf-8").count('<div class="animation">') for rel in PAGES)
+    assert count >= 2, f"expected at least two animations in the book, found {count} (on {ANIMATION_PAGES})"
+
+
+@pytest.mark.parametrize("rel", ANIMATION_PAGES)
+def test_animations_play(browser, server, rel):
+    """Each animation on the page has alt text, and pressing its Play button changes the frame shown."""
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(f"uncaught: {e}"))
+    page.goto(server + rel, wait_until="networkidle")
+    players = page.locator("div.animation")
+    assert players.count() >= 1
+    for i in range(players.count()):
+        player = players.nth(i)
+        img = player.locator("img").first
+        alt = img.get_attribute("alt") or ""
+        assert len(alt.split()) >= 5, f"{rel}: animation {i + 1} has no alt text sentence: {alt!r}"
+        player.scroll_into_view_if_needed()
+        before = img.get_attribute("src")
+        player.locator('button[title="Play"]').click()
+        page.wait_for_timeout(2500)  # the players step every 0.7-0.9 s
+        after = img.get_attribute("src")
+        assert before and after and before != after, f"{rel}: animation {i + 1} did not change frame after Play"
+    page.close()
+    assert not errors, f"{rel}: " + "; ".join(errors)
