@@ -100,6 +100,26 @@ def test_the_cli_prints_a_table(tmp_path, capsys):
     assert "| 01_x | 52 | 9 | 5.8 | 0 | 3.85 | 1 |" in out and "| **book** | 52 |" in out
 
 
+def test_the_built_landing_page_is_short_and_lists_the_labs_with_hours():
+    """Issue 42: the landing page, under 600 words (tables included, the table of contents not), lists the
+    five labs with their hours, and shows the course map. Skips, like tests/test_site.py, without a built book."""
+    page = HTML / "intro.html"
+    if not page.is_file():
+        pytest.skip("no built book in _build/html: run `make book` first")
+    from bs4 import BeautifulSoup
+
+    from mlsys.book import plan
+
+    article = BeautifulSoup(page.read_text(encoding="utf-8"), "html.parser").find("article")
+    for t in article.select(".toctree-wrapper, a.headerlink, div.cell_input"):
+        t.decompose()
+    text = " ".join(article.get_text(" ").split()).replace("\u2019", "'")  # Sphinx sets smart quotes
+    assert r.count_words(text) < 600, f"the landing page has {r.count_words(text)} words (target < 600)"
+    for lab in plan.LABS:
+        assert f"{lab.title} {lab.builds}" in text and f"{lab.hours[0]:g}-{lab.hours[1]:g} h" in text, lab.title
+    assert article.find(id="diagram-intro-course-map") is not None, "the course map is missing"
+
+
 # ---------------------------------------------------------------------------------------------------
 # Issue 42's targets for Part I, over the built book. Like tests/test_site.py it needs `make book` first
 # and skips without a built book. It runs only when asked (`pytest -m book_targets tests/test_readability.py`)
