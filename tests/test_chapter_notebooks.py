@@ -104,3 +104,13 @@ def test_part1_notebooks_execute_on_a_cpu(tmp_path):
         errors = [o for c in nb.cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
         assert not errors, f"{stem}: {errors[0].get('ename')}: {errors[0].get('evalue')}"
     print("seconds per notebook:", {k: round(v, 1) for k, v in took.items()})
+
+
+def test_roles_become_text_jupyter_can_show():
+    site_ = "https://someone.github.io/my-fork/"
+    md = ("A copy runs at {glue:text}`ch3_bw`; see {doc}`04_execution_model`, {doc}`the glossary <../glossary>`, "
+          "{term}`warps <warp>`, {term}`SM` and {numref}`fig-ch03-x`, or {numref}`Figure %s <fig-ch03-y>`.")
+    assert notebooks.readable(md, site_) == (
+        "A copy runs at `ch3_bw`; see [04_execution_model](https://someone.github.io/my-fork/chapters/"
+        "04_execution_model.html), [the glossary](https://someone.github.io/my-fork/glossary.html), warps, SM and "
+        "the figure, or Figure.")

@@ -4,7 +4,9 @@ Chapters are MyST Markdown (``chapters/*.md``), which Colab cannot open. This mo
 into ``notebooks/<chapter>.ipynb`` (committed, so Colab's GitHub addresses reach it), with the course's
 install cell first: in Colab it pip-installs the course package from the repository, as the labs'
 setup cell does (:func:`mlsys.course.site.install_block`, configured by ``_config.yml``). Outputs are
-not stored; cell ids are numbered, so the same chapter always gives the same file.
+not stored; cell ids are numbered, so the same chapter always gives the same file. Jupyter does not
+know MyST's roles, so the text cells get readable forms (:func:`readable`): a glued value shows its
+name, a chapter reference links to the course site, a glossary term is plain text.
 
     python -m mlsys.book.notebooks write    # regenerate notebooks/ from chapters/
     python -m mlsys.book.notebooks check    # exit 1 and name the stale ones (tests/test_chapter_notebooks.py)
@@ -12,6 +14,8 @@ not stored; cell ids are numbered, so the same chapter always gives the same fil
 
 from __future__ import annotations
 
+import posixpath
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -55,13 +59,41 @@ def install_source(url: str, branch: str) -> str:
     return "import sys\n\n" + install_block(url, branch)
 
 
+_ROLE = re.compile(r"\{(glue:text|glue|doc|term|numref|ref)\}`([^`]*)`")
+
+
+def readable(md: str, site: str, here: str = "chapters") -> str:
+    """``md`` (a text cell of a page in folder ``here``) with MyST roles Jupyter cannot render rewritten:
+    ``{glue:text}`x``` -> ```x``` (the value's name; running the cells computes it), ``{doc}`t <p>``` ->
+    a link to page ``p`` on the course ``site``, ``{term}`t <x>``` -> ``t``, ``{numref}`` -> "the figure"."""
+    def one(m: re.Match) -> str:
+        role, body = m.groups()
+        text, target = (body.rsplit("<", 1)[0].strip(), body.rsplit("<", 1)[1].rstrip(">").strip()) \
+            if body.endswith(">") and "<" in body else (body, body)
+        if role in ("glue:text", "glue"):
+            return f"`{body}`"
+        if role == "doc":
+            page = posixpath.normpath(posixpath.join(here, target))
+            return f"[{text if text != target else posixpath.basename(page)}]({site}{page}.html)"
+        if role == "term":
+            return text
+        return text.replace("%s", "").strip() if text != target else "the figure"  # numref, ref
+
+    return _ROLE.sub(one, md)
+
+
 def convert(md: str, url: str, branch: str) -> Any:
     """The notebook (an ``nbformat`` node) of one chapter's MyST Markdown ``md``: its cells, outputs
     empty, ids numbered, and the install cell first."""
     import nbformat
     from myst_nb.core.read import read_myst_markdown_notebook
 
+    from ..course.site import site_url
+
     nb = read_myst_markdown_notebook(md)
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            cell.source = readable(cell.source, site_url(url))
     install = nbformat.v4.new_code_cell(install_source(url, branch), metadata={"tags": [INSTALL_TAG]})
     nb.cells.insert(0, install)
     for i, cell in enumerate(nb.cells):
