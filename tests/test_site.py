@@ -217,8 +217,8 @@ def test_chapters_offer_their_runnable_notebook():
     and nothing else (no Binder, no other .ipynb). Labs carry their own Colab link (issue 42)."""
     import json
 
-    from mlsys.book.notebooks import INSTALL_TAG, colab_url
     from mlsys.course import site
+    from mlsys.course.notebooks import INSTALL_TAG, colab_url
 
     url, branch = site.repository(ROOT / "_config.yml")
     for rel in PAGES:

@@ -8,8 +8,8 @@ not stored; cell ids are numbered, so the same chapter always gives the same fil
 know MyST's roles, so the text cells get readable forms (:func:`readable`): a glued value shows its
 name, a chapter reference links to the course site, a glossary term is plain text.
 
-    python -m mlsys.book.notebooks write    # regenerate notebooks/ from chapters/
-    python -m mlsys.book.notebooks check    # exit 1 and name the stale ones (tests/test_chapter_notebooks.py)
+    python -m mlsys.course.notebooks write    # regenerate notebooks/ from chapters/
+    python -m mlsys.course.notebooks check    # exit 1 and name the stale ones (tests/test_chapter_notebooks.py)
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ INSTALL_TAG = "colab-install"
 
 
 def _root(root: Path | None) -> Path:
-    from ..course.site import repo_root
+    from .site import repo_root
 
     return Path(root) if root is not None else repo_root()
 
@@ -43,7 +43,7 @@ def notebook_path(chapter: Path, root: Path | None = None) -> Path:
 
 def colab_url(stem: str, url: str, branch: str) -> str:
     """The Colab address of ``notebooks/<stem>.ipynb`` in the GitHub repository at ``url``, on ``branch``."""
-    from ..course.site import _GITHUB
+    from .site import _GITHUB
 
     m = _GITHUB.match(url)
     if not m:
@@ -54,7 +54,7 @@ def colab_url(stem: str, url: str, branch: str) -> str:
 
 def install_source(url: str, branch: str) -> str:
     """The first cell: in Colab only, install the course package (the labs' install block)."""
-    from ..course.site import install_block
+    from .site import install_block
 
     return "import sys\n\n" + install_block(url, branch)
 
@@ -88,7 +88,7 @@ def convert(md: str, url: str, branch: str) -> Any:
     import nbformat
     from myst_nb.core.read import read_myst_markdown_notebook
 
-    from ..course.site import site_url
+    from .site import site_url
 
     nb = read_myst_markdown_notebook(md)
     for cell in nb.cells:
@@ -111,7 +111,7 @@ def render(chapter: Path, root: Path | None = None) -> str:
     """The text ``notebooks/<stem>.ipynb`` should hold for ``chapter``."""
     import nbformat
 
-    from ..course.site import repository
+    from .site import repository
 
     url, branch = repository(_root(root) / "_config.yml")
     return nbformat.writes(convert(Path(chapter).read_text(encoding="utf-8"), url, branch)) + "\n"
@@ -156,9 +156,9 @@ def main(argv: list[str] | None = None) -> int:
         for p in problems:
             print(p)
         if problems:
-            print("run `python -m mlsys.book.notebooks write`", file=sys.stderr)
+            print("run `python -m mlsys.course.notebooks write`", file=sys.stderr)
         return 1 if problems else 0
-    print("usage: python -m mlsys.book.notebooks write|check", file=sys.stderr)
+    print("usage: python -m mlsys.course.notebooks write|check", file=sys.stderr)
     return 2
 
 
