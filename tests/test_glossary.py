@@ -85,3 +85,21 @@ def test_the_glossary_is_in_the_table_of_contents():
     toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
     files = [c["file"] for part in toc["parts"] for c in part["chapters"]]
     assert "glossary" in files
+
+
+#: entries whose chapter teaches the idea in other words: the phrase it uses instead
+TAUGHT_AS = {"alpha-beta model": r"$\alpha$", "clock throttling": "clock falls"}
+
+
+def _plain(text: str) -> str:
+    return " ".join(text.lower().replace("*", "").replace("-", " ").split())
+
+
+def test_each_term_appears_in_the_chapter_said_to_teach_it():
+    absent = []
+    for x in glossary.entries():
+        text = _plain((ROOT / f"{x.chapter}.md").read_text(encoding="utf-8"))
+        phrases = [_plain(t) for t in x.terms] + [_plain(TAUGHT_AS.get(x.terms[0], x.terms[0]))]
+        if not any(p in text for p in phrases):
+            absent.append(f"{x.terms[0]} ({x.chapter})")
+    assert not absent, f"terms their chapter never mentions: {absent}"

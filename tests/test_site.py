@@ -211,16 +211,27 @@ def test_headings_are_numbered_once():
     assert not twice, "headings numbered twice:\n" + "\n".join(twice[:10])
 
 
-def test_chapters_offer_nothing_that_cannot_run():
-    """A chapter is MyST Markdown that needs the course package: its page offers no Colab or Binder launch
-    button (they would open the .md source, which they cannot run) and no .ipynb download without the
-    labs' install cell; its download is the source file. Labs carry their own Colab link."""
+def test_chapters_offer_their_runnable_notebook():
+    """A chapter is MyST Markdown, which Colab and Binder cannot run: its page offers, instead, the notebook
+    generated from it (notebooks/<chapter>.ipynb, the labs' install cell first) as a download and in Colab,
+    and nothing else (no Binder, no other .ipynb). Labs carry their own Colab link (issue 42)."""
+    import json
+
+    from mlsys.course import site
+    from mlsys.course.notebooks import INSTALL_TAG, colab_url
+
+    url, branch = site.repository(ROOT / "_config.yml")
     for rel in PAGES:
         if not rel.startswith("chapters/"):
             continue
+        stem = rel.removeprefix("chapters/").removesuffix(".html")
         hrefs = _parsed(rel).hrefs
-        bad = [h for h in hrefs if "mybinder.org" in h or "colab.research.google.com" in h or h.endswith(".ipynb")]
-        assert not bad, f"{rel}: offers {bad[:3]}"
+        launch = [h for h in hrefs if "mybinder.org" in h or "colab.research.google.com" in h or h.endswith(".ipynb")]
+        assert sorted(launch) == sorted([colab_url(stem, url, branch), f"../notebooks/{stem}.ipynb"]), \
+            f"{rel}: offers {launch}"
+        nb = json.loads((HTML / "notebooks" / f"{stem}.ipynb").read_text(encoding="utf-8"))
+        assert nb["cells"][0]["metadata"]["tags"] == [INSTALL_TAG], f"{stem}.ipynb: no install cell first"
+        assert site.BEGIN in "".join(nb["cells"][0]["source"]), f"{stem}.ipynb: its first cell is not the install"
 
 
 def test_search_finds_a_chapter_term(browser, server):
