@@ -57,7 +57,7 @@ def main() -> None:
     a = p.parse_args()
     record = {"what": "CPU and wall seconds of grading one instructor submission per lab with `teach grade`",
               "method": __doc__.split("\n\n")[2].replace("\n", " "),
-              "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+              "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
               "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "nice": os.nice(0),
                           "shared": "a 2-core VM shared with other engineers' work while measuring"},
               "labs": []}

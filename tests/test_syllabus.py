@@ -1,6 +1,5 @@
 """The syllabus tables: hours and objectives measured from chapter sources, weeks and labs from the plan."""
 
-from pathlib import Path
 
 import pytest
 
