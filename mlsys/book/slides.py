@@ -13,7 +13,8 @@ Reads each built chapter page (``<site>/chapters/*.html``) and writes one self-c
 The text is the page's HTML (glued numbers included, as the book rendered them); images are inlined as
 ``data:`` URIs, so a deck is one file that works offline; maths is typeset by the book's own copy of
 MathJax (``../_static/mathjax``), never a CDN. Arrow keys, space or a click move between slides; printing
-shows every slide. A chapter page without a title or without any slide content is an error, not an empty deck.
+shows every slide. A chapter page without a title is an error; a reference page with no objectives, figures or
+takeaways gets a title slide that sends the reader to the page.
 """
 
 from __future__ import annotations
@@ -122,8 +123,6 @@ def deck(page: Path) -> Deck:
         h2 = section.find("h2", recursive=False)
         if h2 is not None:
             d.slides.extend(_section_slides(section, _text(copy.copy(h2)), page))
-    if not d.slides and not d.objectives:
-        raise ValueError(f"{page}: no learning objectives, figures or takeaways to make slides of")
     return d
 
 
@@ -152,7 +151,8 @@ def render(d: Deck) -> str:
     t = html.escape(d.title)
     parts = [f"<section class='slide'><h1>{t}</h1>"
              + (("<p>After this chapter you can</p><ul>" + "".join(f"<li>{o}</li>" for o in d.objectives) + "</ul>")
-                if d.objectives else "") + "</section>"]
+                if d.objectives else f"<p>A reference page: read it in <a href='../chapters/{d.stem}.html'>the book</a>.</p>")
+             + "</section>"]
     for kind, heading, body in d.slides:
         inner = f"<div class='takeaway'>{body}</div>" if kind == "takeaway" else body
         parts.append(f"<section class='slide'><h2>{html.escape(heading)}</h2>{inner}</section>")
