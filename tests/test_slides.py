@@ -78,9 +78,10 @@ def test_every_chapter_of_the_built_book_has_its_deck():
     for ch in chapters:
         page = BeautifulSoup((site / f"{ch}.html").read_text(), "html.parser")
         deck_html = (site / "slides" / f"{Path(ch).name}.html").read_text()
+        deck_text = " ".join(BeautifulSoup(deck_html, "html.parser").get_text(" ", strip=True).split())
         for box in page.find_all("div", class_="admonition"):
             title = box.find("p", class_="admonition-title")
             if title and title.get_text(strip=True).lower().startswith("takeaway"):
                 words = box.get_text(" ", strip=True).split()[1:8]
-                assert " ".join(words)[:30] in BeautifulSoup(deck_html, "html.parser").get_text(" ", strip=True), ch
+                assert " ".join(words)[:30] in deck_text, ch
         assert deck_html.count("<figure") >= len(page.find_all("figure")), ch

@@ -10,8 +10,8 @@ Per submission, per lab:
   cells by the verdict process (the ``time`` step, every run); Labs 3 and 5, the verdict process's start
   (its start, the baseline worker's start and preparation, the learner's cells) plus one grading's cases
   (the ``repeat`` step's case seconds over its repeats); Lab 4, one grading on two GPUs, counted twice.
-  The median over the named runs (H100 and H200) is kept. A lab with no record is ``None``: "not in the
-  course's data".
+  The median over the named runs (H100 and H200) is kept. A lab without a performance tier (no
+  ``perf.toml``: Lab 1) takes 0 GPU seconds; a lab with one but no record is ``None``: "not in the course's data".
 
 A class of ``n`` (the model, :func:`class_cost`): every submission costs its CPU seconds plus its GPU
 seconds of wall time on one GPU slot (the correctness tier's CPU time is an upper bound there: on a GPU
@@ -101,7 +101,10 @@ def gpu_seconds(root: Path | None = None) -> dict[str, float | None]:
         lab4 = (steps.get("lab4") or {}).get("instructor")
         if lab4 and lab4.get("wall_s"):
             found["lab4_collectives"].append(2 * lab4["wall_s"])  # two GPUs at once
-    return {lab: statistics.median(v) if v else None for lab, v in found.items()}
+    root = root or checkout()
+    # a lab without a performance tier (no labs/source/<lab>/perf.toml) takes no GPU time at all
+    return {lab: statistics.median(v) if v else (None if (root / "labs" / "source" / lab / "perf.toml").is_file()
+                                                  else 0.0) for lab, v in found.items()}
 
 
 @dataclass(frozen=True)
