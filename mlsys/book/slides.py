@@ -54,7 +54,13 @@ def _text(tag) -> str:
 
 
 def _inline_images(tag, page: Path) -> None:
-    """Replace each ``img`` source by a ``data:`` URI of the file it points to (relative to ``page``)."""
+    """Replace each ``img`` source by a ``data:`` URI of the file it points to (relative to ``page``); links
+    that wrap an image (to the full-size file) and heading permalinks are dropped, the deck being one file."""
+    if tag.name != "img":
+        for a in tag.select("a.image-reference"):
+            a.unwrap()
+        for a in tag.select("a.headerlink"):
+            a.decompose()
     for img in [tag] if tag.name == "img" else tag.find_all("img"):
         src = img.get("src", "")
         if src.startswith("data:"):

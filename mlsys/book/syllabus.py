@@ -132,7 +132,7 @@ def _h(x: float) -> str:
 
 
 def _range(lo: float, hi: float) -> str:
-    return "0" if hi == 0 else f"{lo:.1f}-{hi:.1f}"
+    return "0" if hi == 0 else f"{lo:.1f}" if abs(hi - lo) < 0.05 else f"{lo:.1f}-{hi:.1f}"
 
 
 def _doc(c: Chapter) -> str:
