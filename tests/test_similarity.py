@@ -137,3 +137,13 @@ def test_normalisation_ignores_names_comments_and_spacing():
 def test_unknown_lab_is_an_error(course):
     with pytest.raises(ValueError, match="unknown lab 'lab9'"):
         similarity.run("lab9", root=course)
+
+
+def test_teach_similarity_runs_the_check(course, capsys):
+    from mlsys.course import teach
+
+    release = _nb(course / "release" / LAB / f"{LAB}.ipynb")
+    _submit(course, "copier", _renamed_copy(_nb(course / "source" / LAB / f"{LAB}.ipynb"), release))
+    assert teach.main(["similarity", LAB, "--root", str(course)]) == 0
+    assert "1 submission(s) flagged: copier" in capsys.readouterr().out
+    assert teach.main(["similarity", "lab9", "--root", str(course)]) == 2
