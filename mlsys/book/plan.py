@@ -12,6 +12,7 @@ exercises at about 8 minutes each.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -28,20 +29,20 @@ class Lab:
 
 LABS: tuple[Lab, ...] = (
     Lab("lab1_roofline", "Roofline", "chapters/06_roofline",
-        "count a kernel's FLOPs and bytes, measure your own machine's roofs, place kernels under them",
+        "count FLOPs and bytes, measure your machine's roofs, place kernels under them",
         "CPU or Colab; a GPU measures its own roofs", (1.5, 3)),
     Lab("lab2_tiled_matmul", "Tiled matmul", "chapters/09_tiling",
-        "a tiled Triton matmul with grouped ordering and autotuning, timed against cuBLAS",
-        "CPU or Colab (Triton's interpreter) for correctness; a GPU for speed", (6, 10)),
+        "a tiled Triton matmul, grouped and autotuned, timed against cuBLAS",
+        "CPU or Colab; a GPU for speed", (6, 10)),
     Lab("lab3_fusion", "Fusion", "chapters/10_fusion_and_compilers",
-        "fused element-wise and softmax kernels in Triton, compared with eager PyTorch and torch.compile",
+        "fused element-wise and softmax kernels in Triton, against eager PyTorch and torch.compile",
         "CPU or Colab; a GPU for speed", (3, 5)),
     Lab("lab4_collectives", "Collectives", "chapters/11_many_gpus",
-        "a ring all-reduce from point-to-point sends, and an alpha-beta model fitted to its timings",
-        "CPU (several processes); two or more GPUs for speed", (3, 5)),
+        "a ring all-reduce from point-to-point sends, and a fitted alpha-beta model",
+        "CPU; two or more GPUs for speed", (3, 5)),
     Lab("lab5_attention", "FlashAttention", "chapters/10_fusion_and_compilers",
-        "an online softmax in NumPy, then a FlashAttention forward kernel in Triton, timed against PyTorch's",
-        "CPU or Colab for correctness; a GPU for speed", (6, 10)),
+        "an online softmax, then a FlashAttention kernel in Triton",
+        "CPU or Colab; a GPU for speed", (6, 10)),
 )
 
 #: hours of careful reading of the whole book, and of its chapter exercises (the review's totals)
@@ -95,10 +96,23 @@ def lab(folder: str) -> Lab:
     raise ValueError(f"no lab {folder!r}; expected one of {[x.folder for x in LABS]}")
 
 
+def chapter_numbers(root: Path | None = None) -> dict[str, int]:
+    """``chapters/NN_name -> the number the book shows``, read from ``_toc.yml``: the chapters of the
+    numbered parts, counted in order across parts (as Sphinx numbers them, and as the labs' chapter lines do)."""
+    import yaml
+
+    root = Path(root) if root is not None else Path(__file__).resolve().parents[2]
+    toc = yaml.safe_load((root / "_toc.yml").read_text(encoding="utf-8"))
+    numbers: dict[str, int] = {}
+    for part in toc.get("parts", []):
+        for chapter in part.get("chapters", []):
+            if part.get("numbered"):
+                numbers[chapter["file"]] = len(numbers) + 1
+    return numbers
+
+
 def chapter_file(short: str) -> str:
     """``"04"`` -> ``"chapters/04_execution_model"`` (the file under chapters/ whose name starts so)."""
-    from pathlib import Path
-
     found = sorted(Path(__file__).resolve().parents[2].joinpath("chapters").glob(f"{short}_*.md"))
     if len(found) != 1:
         raise ValueError(f"chapter {short!r}: expected one chapters/{short}_*.md, found {len(found)}")

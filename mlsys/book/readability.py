@@ -9,21 +9,24 @@ Left out, because a learner does not read them as running prose:
 * figure captions, the ``References`` section, navigation and the page's table of contents.
 
 Kept: open admonitions (a "Takeaway" box is teaching text), learning objectives, exercises and
-their solutions. Inline maths counts as one word; an inline code span as one word.
+their solutions. Inline maths counts as one word; an inline code span as one word. A bold lead-in
+that opens a paragraph ("**Exercise 1.** Compute ...") is a label: it joins the sentence it opens.
 
 Measures (see :class:`Stats`):
 
 * words: whitespace-separated tokens with at least one letter or digit;
-* sentences: split at ``.``, ``!`` or ``?`` followed by a space and a capital, a digit, a quote or a
-  bracket, and at the end of every paragraph; not after a known abbreviation ("e.g.", "i.e.",
-  "Fig.", "etc.", "vs.", "cf.", ...) or an initial ("M. Milakov"); "3.5" has no space, so never splits;
+* sentences: split at ``.``, ``!`` or ``?`` followed by a space and a capital, a digit, a quote, a
+  bracket or an inline code span, and at the end of every paragraph; not after a known abbreviation ("e.g.", "i.e.",
+  "Fig.", "vs.", "cf.", ...) or a capital initial ("M. Milakov"); "3.5" has no space, so never splits; units
+  are no abbreviations ("took 1.5 ms. Then" ends a sentence), nor is "etc." (it mostly ends one);
 * bold glued figures: ``span.pasted-text`` (what ``{glue:text}`` renders) that shows in bold, i.e. inside
   ``<strong>``/``<b>``, or every one when the site's CSS leaves MyST-NB's default bold in place
   (``span.pasted-text {font-weight: bold}``); per 100 words;
-* SASS mentions: the word "SASS" in the teaching text;
-* reading minutes, as the review of 2026-12-01 estimated them: words at 120 words a minute (a careful
-  first read of technical text), plus 1.5 minutes per figure and 6 s per visible code line; and the
-  words-only part on its own.
+* SASS mentions: the word "SASS" anywhere the page shows it but code (prose, tables, captions, output);
+* reading minutes, as the review of 2026-12-01 estimated them: every word the page shows (teaching text,
+  tables, captions, printed output; not code inputs, collapsed boxes or references) at 120 words a
+  minute (a careful first read of technical text), plus 1.5 minutes per figure and 6 s per visible line
+  of code; and the teaching text's part on its own ("minutes (words)").
 
 Run ``python -m mlsys.book.readability _build/html`` for a table per chapter and for the whole book.
 """
@@ -43,9 +46,11 @@ MINUTES_PER_CODE_LINE = 0.1
 LONG_SENTENCE = 40
 
 #: abbreviations whose final period never ends a sentence (compared lower-case, without the period)
-ABBREVIATIONS = {"e.g", "i.e", "fig", "figs", "eq", "eqs", "etc", "vs", "cf", "ch", "sec", "no", "approx",
-                 "al", "dr", "mr", "ms", "prof", "ref", "refs", "p", "pp", "vol", "ed", "resp"}
-_END = re.compile(r"[.!?][\"')\]]*\s+(?=[A-Z0-9\"'(\[`$])")
+ABBREVIATIONS = {"e.g", "i.e", "fig", "figs", "eq", "eqs", "vs", "cf", "ch", "sec", "approx", "al", "ref", "refs",
+                 "vol", "resp", "prof", "dr", "mr"}
+#: marks the start of an inline code span in a paragraph's text: a sentence may begin with one ("`fp32` is ...")
+CODE = "\u2060"
+_END = re.compile(r"[.!?][\"')\]]*\s+(?=[A-Z0-9\"'(\[`$\u2060])")
 _WORD = re.compile(r"\S*[A-Za-z0-9]\S*")
 _SASS = re.compile(r"\bSASS\b")
 
@@ -66,11 +71,12 @@ class Stats:
     sass: int = 0
     figures: int = 0
     code_lines: int = 0
+    shown_words: int = 0  # every word a reader meets: prose, tables, captions, printed output (not code, notes)
 
     def __add__(self, other: Stats) -> Stats:
         return Stats(self.words + other.words, self.sentences + other.sentences, self.bold_glued + other.bold_glued,
                      self.glued + other.glued, self.sass + other.sass, self.figures + other.figures,
-                     self.code_lines + other.code_lines)
+                     self.code_lines + other.code_lines, self.shown_words + other.shown_words)
 
     @property
     def mean_sentence(self) -> float:
@@ -89,13 +95,14 @@ class Stats:
 
     @property
     def words_minutes(self) -> float:
-        """Minutes to read the words alone, at :data:`WORDS_PER_MINUTE`."""
+        """Minutes to read the teaching text alone, at :data:`WORDS_PER_MINUTE`."""
         return self.words / WORDS_PER_MINUTE
 
     @property
     def reading_minutes(self) -> float:
-        """Words, figures and visible code: words / 120 + 1.5 min per figure + 6 s per code line."""
-        return self.words_minutes + MINUTES_PER_FIGURE * self.figures + MINUTES_PER_CODE_LINE * self.code_lines
+        """Everything shown: shown words / 120 + 1.5 min per figure + 6 s per visible code line."""
+        return (self.shown_words / WORDS_PER_MINUTE + MINUTES_PER_FIGURE * self.figures
+                + MINUTES_PER_CODE_LINE * self.code_lines)
 
 
 def split_sentences(text: str) -> list[str]:
@@ -104,8 +111,8 @@ def split_sentences(text: str) -> list[str]:
     out, start = [], 0
     for m in _END.finditer(text):
         before = text[start:m.start() + 1].split()
-        last = before[-1].rstrip(".!?\"')]").lower() if before else ""
-        if text[m.start()] == "." and (last in ABBREVIATIONS or re.fullmatch(r"[a-z]", last)):
+        last = before[-1].rstrip(".!?\"')]") if before else ""
+        if text[m.start()] == "." and (last.lower() in ABBREVIATIONS or re.fullmatch(r"[A-Z]", last)):
             continue  # "e.g. The", "Fig. 6", "M. Milakov": an abbreviation or an initial, not an end
         out.append(text[start:m.end()].strip())
         start = m.end()
@@ -136,8 +143,11 @@ def _paragraph_text(p) -> str:
     from copy import copy
 
     p = copy(p)
+    first = next((c for c in p.contents if not (isinstance(c, str) and not c.strip())), None)
+    if getattr(first, "name", None) in ("strong", "b"):  # "**Exercise 1.** Compute ...": a label, not a sentence
+        first.replace_with(first.get_text().rstrip().rstrip(".:") + " ")
     for m in p.select("span.math, code"):
-        m.replace_with(" X " if m.name == "span" else " " + "".join(m.get_text().split()) + " ")
+        m.replace_with(" X " if m.name == "span" else " " + CODE + "".join(m.get_text().split()) + " ")
     return p.get_text()
 
 
@@ -168,15 +178,30 @@ def page_stats(html: str, glue_bold_by_default: bool = True) -> Stats:
         text = _paragraph_text(p)
         s.words += count_words(text)
         s.sentences += [count_words(x) for x in split_sentences(text) if count_words(x)]
-        s.sass += len(_SASS.findall(text))
         for g in p.select("span.pasted-text"):
             s.glued += 1
             s.bold_glued += glue_bold_by_default or g.find_parent(["strong", "b"]) is not None
     s.figures = sum(not _in_dropdown(img) for img in article.find_all("img"))
+    shown = _shown_text(article)
+    s.shown_words, s.sass = count_words(shown), len(_SASS.findall(shown))
     for cell in article.select("div.cell_input"):
         if "tag_hide-input" not in " ".join(cell.find_parent("div", class_="cell").get("class") or []):
             s.code_lines += len(cell.get_text().strip().splitlines())
     return s
+
+
+def _shown_text(article) -> str:
+    """The text of everything the page shows a reader, less code-cell inputs (counted as lines), collapsed
+    boxes, the References section and navigation."""
+    from copy import copy
+
+    a = copy(article)
+    for t in a.select("div.cell_input, details, .dropdown, nav, script, style, .toctree-wrapper, a.headerlink, "
+                      "section#references, .admonition-title"):
+        t.decompose()
+    for m in a.select("span.math"):
+        m.replace_with(" X ")
+    return a.get_text(" ")
 
 
 def _in_dropdown(tag) -> bool:
