@@ -9,7 +9,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 export PYTHONHASHSEED := 0
 
-.PHONY: book test test-fast site-test serve lint release grade measure clean venv
+.PHONY: book slides test test-fast site-test serve lint release grade measure clean venv
 
 venv: $(STAMP)
 
@@ -35,6 +35,7 @@ book: $(STAMP)
 	rm -rf _build/html
 	env -u MPLBACKEND $(BIN)/jupyter-book build . -W -n --keep-going  # a non-inline backend would drop every figure
 	@test -n "$$(ls _build/html/_images 2>/dev/null)" || { echo "make book: no figures in _build/html/_images" >&2; exit 1; }
+	$(BIN)/python -m mlsys.book.slides _build/html  # one deck per chapter, cut from the pages just built
 	@mkdir -p $(CACHE) && touch $(CACHE)/.inputs-stamp
 	@test -s _build/html/index.html || { echo "make book: _build/html/index.html is missing or empty" >&2; exit 1; }
 	@echo "Book built: _build/html/index.html"
@@ -64,6 +65,11 @@ test-fast: $(STAMP)
 site-test: $(STAMP)
 	@test -s _build/html/index.html || $(MAKE) book
 	$(BIN)/python -m pytest -q -m site tests/test_site.py
+
+# Slides for every chapter from the built book (_build/html/slides/; `make book` makes them too).
+slides: $(STAMP)
+	@test -s _build/html/index.html || $(MAKE) book
+	$(BIN)/python -m mlsys.book.slides _build/html
 
 lint: $(STAMP)
 	$(BIN)/ruff check mlsys tests

@@ -1245,6 +1245,10 @@ def _reset(row: Row) -> Row:
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["similarity"]:  # `teach similarity LAB`: copied-work report (mlsys.course.similarity, own options)
+        from .similarity import main as similarity_main
+        return similarity_main(args[1:])
     p = argparse.ArgumentParser(prog="python -m mlsys.course.teach", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("release", help="generate labs/release/<lab>/ from labs/source/<lab>/")
