@@ -172,6 +172,7 @@ LONGEST = {
     "graded-lab1_roofline": 75,
     "test_lab_pipeline.py::test_nbval_lax_passes_over_instructor_and_release_notebooks": 60,
     "test_learner_mistakes.py::test_each_mistake_costs_its_exercise_and_names_itself": 50,
+    "test_chapter_notebooks.py::test_part1_notebooks_execute_on_a_cpu": 110,  # five Part I notebooks, one kernel each
     "test_trusted.py::test_lab4_ring_attacks_earn_no_performance_credit_on_two_gloo_ranks": 20,
 }
 

@@ -76,8 +76,8 @@ def test_apply_rewrites_a_fork_url_everywhere(tmp_path):
     text = json.dumps(nb)
     assert "https://colab.research.google.com/github/someone/my-fork/blob/course/labs/release/lab1_roofline/" in text
     assert "git+https://github.com/someone/my-fork@course" in text
-    # the chapter line: chapter 6 teaches Lab 1 (_toc.yml), linked relatively and on the fork's Pages site
-    assert "**Taught in**: chapter 6, [The roofline model](../../../chapters/06_roofline.md)" in text
+    # the chapter line: chapter 7 teaches Lab 1 (_toc.yml: Part I ends with Measuring a GPU, chapter 6), linked relatively and on the fork's Pages site
+    assert "**Taught in**: chapter 7, [The roofline model](../../../chapters/06_roofline.md)" in text
     assert "(https://someone.github.io/my-fork/chapters/06_roofline.html)" in text
     assert site.repository(REPO / "_config.yml")[0].removeprefix("https://github.com/") not in text
     with pytest.raises(ValueError, match="github.com/<owner>/<repo>"):

@@ -9,7 +9,8 @@ why, when there is no built book or no Chromium. It checks, on every page of ``_
 * no table or code block is wider than the text column at 1280 px (nothing hidden behind a scrollbar);
 * no raw MyST, ``glue`` placeholder or unrendered TeX is left in the text, and no literal ``{glue``
   anywhere on the page, code spans included (a role inside inline code is never parsed);
-* the search page finds a term from a chapter; at 390 px the navigation opens.
+* the search page finds a term from a chapter; at 390 px the navigation opens;
+* the book has at least two animations, and pressing Play on each changes the frame it shows.
 
 Screenshots of two pages (desktop and phone width) go to ``_build/screenshots/``.
 """
@@ -210,16 +211,27 @@ def test_headings_are_numbered_once():
     assert not twice, "headings numbered twice:\n" + "\n".join(twice[:10])
 
 
-def test_chapters_offer_nothing_that_cannot_run():
-    """A chapter is MyST Markdown that needs the course package: its page offers no Colab or Binder launch
-    button (they would open the .md source, which they cannot run) and no .ipynb download without the
-    labs' install cell; its download is the source file. Labs carry their own Colab link."""
+def test_chapters_offer_their_runnable_notebook():
+    """A chapter is MyST Markdown, which Colab and Binder cannot run: its page offers, instead, the notebook
+    generated from it (notebooks/<chapter>.ipynb, the labs' install cell first) as a download and in Colab,
+    and nothing else (no Binder, no other .ipynb). Labs carry their own Colab link (issue 42)."""
+    import json
+
+    from mlsys.book.notebooks import INSTALL_TAG, colab_url
+    from mlsys.course import site
+
+    url, branch = site.repository(ROOT / "_config.yml")
     for rel in PAGES:
         if not rel.startswith("chapters/"):
             continue
+        stem = rel.removeprefix("chapters/").removesuffix(".html")
         hrefs = _parsed(rel).hrefs
-        bad = [h for h in hrefs if "mybinder.org" in h or "colab.research.google.com" in h or h.endswith(".ipynb")]
-        assert not bad, f"{rel}: offers {bad[:3]}"
+        launch = [h for h in hrefs if "mybinder.org" in h or "colab.research.google.com" in h or h.endswith(".ipynb")]
+        assert sorted(launch) == sorted([colab_url(stem, url, branch), f"../notebooks/{stem}.ipynb"]), \
+            f"{rel}: offers {launch}"
+        nb = json.loads((HTML / "notebooks" / f"{stem}.ipynb").read_text(encoding="utf-8"))
+        assert nb["cells"][0]["metadata"]["tags"] == [INSTALL_TAG], f"{stem}.ipynb: no install cell first"
+        assert site.BEGIN in "".join(nb["cells"][0]["source"]), f"{stem}.ipynb: its first cell is not the install"
 
 
 def test_search_finds_a_chapter_term(browser, server):
@@ -250,3 +262,36 @@ def test_navigation_opens_on_a_phone_and_screenshots(browser, server):
     phone.close()
     assert visible and box is not None and box["x"] >= -1 and box["width"] > 100, \
         "at 390 px the navigation button did not open the chapter list"
+
+
+ANIMATION_PAGES = [rel for rel in PAGES if '<div class="animation">' in (HTML / rel).read_text(encoding="utf-8")]
+
+
+def test_the_book_has_animations():
+    """At least two animated diagrams (matplotlib's JS players, mlsys.diagrams.Player) are in the book."""
+    count = sum((HTML / rel).read_text(encoding="utf-8").count('<div class="animation">') for rel in PAGES)
+    assert count >= 2, f"expected at least two animations in the book, found {count} (on {ANIMATION_PAGES})"
+
+
+@pytest.mark.parametrize("rel", ANIMATION_PAGES)
+def test_animations_play(browser, server, rel):
+    """Each animation on the page has alt text, and pressing its Play button changes the frame shown."""
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(f"uncaught: {e}"))
+    page.goto(server + rel, wait_until="networkidle")
+    players = page.locator("div.animation")
+    assert players.count() >= 1
+    for i in range(players.count()):
+        player = players.nth(i)
+        img = player.locator("img").first
+        alt = img.get_attribute("alt") or ""
+        assert len(alt.split()) >= 5, f"{rel}: animation {i + 1} has no alt text sentence: {alt!r}"
+        player.scroll_into_view_if_needed()
+        before = img.get_attribute("src")
+        player.locator('button[title="Play"]').click()
+        page.wait_for_timeout(2500)  # the players step every 0.7-0.9 s
+        after = img.get_attribute("src")
+        assert before and after and before != after, f"{rel}: animation {i + 1} did not change frame after Play"
+    page.close()
+    assert not errors, f"{rel}: " + "; ".join(errors)

@@ -162,7 +162,7 @@ def matmul_throughput(device: str, sizes: Sizes, dtype: str) -> dict[str, Any]:
     :func:`mlsys.bench.sustained.burst_and_sustained`, and the figure records its ``power_state``:
     the burst and sustained throughputs (TFLOP/s), their ratio, and on a GPU with NVML the SM clock,
     power and clock-event reasons seen idle, in the burst and in the sustained half, with the card's
-    limits (the per-second series are left out of the roofs file; chapter 13 records one).
+    limits (the per-second series are left out of the roofs file; the power-and-clocks chapter records one).
 
     fp32 runs with ``torch.set_float32_matmul_precision("highest")`` (true fp32), tf32 with
     ``"high"`` (TF32 tensor cores, as ``torch.backends.cuda.matmul.allow_tf32 = True``), fp16 and

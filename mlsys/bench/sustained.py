@@ -1,7 +1,7 @@
 """Burst and sustained figures of one kernel: its first repeats after an idle pause vs its steady state.
 
 A GPU starts a burst of work at its highest clock and lowers the clock once the board reaches its
-power limit (chapter 13 measures this on an H100), so a figure timed for a fraction of a second and
+power limit (the power-and-clocks chapter measures this on an H100), so a figure timed for a fraction of a second and
 one timed for many seconds differ. :func:`burst_and_sustained` times a callable back to back for
 about ``seconds`` (:func:`mlsys.bench.timing.time_fn`, no cache flush: the steady state of one
 kernel), samples the SM clock and power with :mod:`mlsys.bench.nvml` when NVML is available, and

@@ -447,6 +447,8 @@ class GuardReport:
     sizes: dict[str, int] = field(default_factory=dict)
     descriptions: dict[str, list[str]] = field(default_factory=dict)
     kernel_loads: int = -1  # load instructions Triton kernels issued during the call (-1: not counted here)
+    shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)  # each tensor's shape, for the picture
+    unwritten_at: dict[str, list[int]] = field(default_factory=dict)  # flat indices never written (first 100,000)
 
     def problems(self) -> list[str]:
         out = []
@@ -507,11 +509,13 @@ def _inspect(label: str, guards: Sequence[Guarded], tracker: Tracker | None, res
                 else:
                     where = f"indices {_ranges(idx.reshape(-1).tolist())}"
                 rep.unwritten[g.name] = (n, g.view.numel(), where)
+                rep.unwritten_at[g.name] = torch.nonzero(left.reshape(-1)).reshape(-1)[:100_000].tolist()
             stored = tracker.stored_in(g) if tracker is not None else None
             if stored is not None and (stored[0] < g.view.numel() or stored[1]):
                 # elements no Triton store wrote, or whose value was replaced after the last one did
                 rep.unstored[g.name] = (g.view.numel() - stored[0] + stored[1], g.view.numel())
         rep.sizes[g.name] = g.view.numel()
+        rep.shapes[g.name] = tuple(int(n) for n in g.view.shape)
         if tracker is not None and tracker.active:
             rep.kernel_loads = tracker.load_instructions
             rep.reads[g.name] = tracker.reads.get(g.name, 0)
@@ -725,6 +729,9 @@ def check_kernel(fn: Callable[..., Any], inputs: Sequence[Any], expected: Any, *
     rep: GuardReport = out["report"]
     problems = rep.problems()
     if problems:
+        from ..diagrams.touched import show_report
+
+        show_report(rep)  # beside the message: a map of what the kernel wrote outside, or never wrote
         raise GradingError("\n".join(problems))
     result = out["result"]
     if result is None:
