@@ -159,3 +159,26 @@ def test_part1_meets_the_issue_42_targets(request):
         problems.append(f"chapter 2 mentions SASS {ch2.sass} times (target <= 3)")
     assert not problems, "Part I misses its readability targets:\n" + r.report({c: stats[c] for c in PART1}) + \
         "\n" + "\n".join(problems)
+
+
+# Issue 44's targets for Part III and the reference pages it quotes, per chapter (not pooled): mean sentence
+# under 20 words and at most 5 sentences over 40 words in each. Gated like Part I's (needs `make book`).
+PART3 = ["11_many_gpus", "12_tpus_and_dataflow", "13_runtime_power_clocks", "14_profiling",
+         "15_choosing_hardware", "20_measuring_a_gpu", "90_accelerators"]
+
+
+@pytest.mark.book_targets
+def test_part3_meets_the_issue_44_targets(request):
+    if not _targets_requested(request.config):
+        pytest.skip("Part III targets: run `pytest -m book_targets tests/test_readability.py` after `make book`")
+    if not (HTML / "chapters").is_dir():
+        pytest.skip("no built book in _build/html: run `make book` first")
+    stats = r.chapter_stats(HTML)
+    missing = [c for c in PART3 if c not in stats]
+    assert not missing, f"Part III chapters missing from the built book: {missing}"
+    problems = [f"{c}: mean sentence {stats[c].mean_sentence:.1f} words (target < 20)"
+                for c in PART3 if stats[c].mean_sentence >= 20]
+    problems += [f"{c}: {stats[c].long_sentences} sentences over 40 words (target <= 5)"
+                 for c in PART3 if stats[c].long_sentences > 5]
+    assert not problems, "Part III misses its readability targets:\n" + r.report({c: stats[c] for c in PART3}) + \
+        "\n" + "\n".join(problems)
