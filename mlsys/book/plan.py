@@ -40,7 +40,7 @@ LABS: tuple[Lab, ...] = (
     Lab("lab4_collectives", "Collectives", "chapters/11_many_gpus",
         "a ring all-reduce from point-to-point sends, and a fitted alpha-beta model",
         "CPU; two or more GPUs for speed", (3, 5)),
-    Lab("lab5_attention", "FlashAttention", "chapters/10_fusion_and_compilers",
+    Lab("lab5_attention", "FlashAttention", "chapters/10a_attention",
         "an online softmax, then a FlashAttention kernel in Triton",
         "CPU or Colab; a GPU for speed", (6, 10)),
 )
@@ -66,13 +66,13 @@ class Week:
 TEN_WEEKS: tuple[Week, ...] = (
     Week(("01", "02")), Week(("03", "04")), Week(("05", "20")), Week(("06",), "lab1_roofline"),
     Week(("07", "08")), Week(("09",), "lab2_tiled_matmul"), Week(("10",), "lab3_fusion"),
-    Week((), "lab5_attention"), Week(("11",), "lab4_collectives"), Week(("14",))
+    Week(("10a",), "lab5_attention"), Week(("11",), "lab4_collectives"), Week(("14",))
 )
 #: a 14-week course: every chapter, a lab every two or three weeks
 FOURTEEN_WEEKS: tuple[Week, ...] = (
     Week(("01",)), Week(("02", "03")), Week(("04",)), Week(("05", "20")), Week(("06",), "lab1_roofline"),
     Week(("07",)), Week(("08",)), Week(("09",), "lab2_tiled_matmul"), Week((), "lab2_tiled_matmul"),
-    Week(("10",), "lab3_fusion"), Week((), "lab5_attention"), Week(("11",), "lab4_collectives"),
+    Week(("10",), "lab3_fusion"), Week(("10a",), "lab5_attention"), Week(("11",), "lab4_collectives"),
     Week(("12", "13")), Week(("14", "15")),
 )
 
