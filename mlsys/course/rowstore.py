@@ -53,7 +53,7 @@ _VERSIONED = ("nbgrader", "nbconvert", "nbclient", "nbformat", "ipykernel", "num
 
 
 def _device() -> str:
-    """The GPUs ``nvidia-smi -L`` lists (names and UUIDs), or "no GPU"."""
+    """The GPU models and driver versions ``nvidia-smi`` lists (not which GPU: any H200 grades alike), or "no GPU"."""
     import shutil
     import subprocess
 
@@ -61,7 +61,8 @@ def _device() -> str:
     if smi is None:
         return "no GPU"
     try:
-        out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30).stdout.strip()
+        out = subprocess.run([smi, "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         out = ""
     return out or "no GPU (nvidia-smi lists none)"

@@ -26,7 +26,14 @@ without grading; :func:`run_local` (``--jobs N``: N at a time, one slot of GPU a
 :mod:`mlsys.course.slots`) or :func:`run_slurm` (``--slurm``: a job array whose tasks run
 ``grade-task``, :mod:`mlsys.course.slurm`) grades them, each row stored atomically as it finishes
 (:mod:`mlsys.course.rowstore`); :func:`report` gathers the stored rows into the CSV. A stored row with
-the same key is never graded again, so an interrupted run resumes where it stopped.
+the same key is never graded again, so an interrupted run resumes where it stopped. The key includes
+the grader's digest (:func:`mlsys.course.rowstore.grader_digest`), and a row whose graded notebook is
+gone or whose feedback page shows a hidden test (written by another tool) is graded again.
+
+One gradebook: ``release`` registers each lab in nbgrader's ``labs/gradebook.db``, and :func:`report`
+records every graded row there (:mod:`mlsys.course.gradebook`) and takes back the scores a teacher
+entered in formgrader (``manual_score``). ``nbgrader export`` writes ``labs/nbgrader_grades.csv``
+(``labs/nbgrader_config.py``), never this report; the two agree on each submission's total.
 """
 
 from __future__ import annotations
@@ -177,11 +184,22 @@ def _dump(nb: dict[str, Any]) -> str:
     return json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
 
 
-def _build_releases(root: Path, labs: list[str], tmp: Path) -> dict[str, dict[str, bytes]]:
+def _build_releases(root: Path, labs: list[str], tmp: Path, *,
+                    warnings: list[str] | None = None) -> dict[str, dict[str, bytes]]:
+    """Each lab's release files as ``make release`` writes them. With ``warnings`` (a list to append to), each lab
+    is also registered in the course gradebook (:func:`register`); a lab that cannot be is released all the same,
+    with a warning."""
     course = _scratch_course(root, labs, tmp)
     out: dict[str, dict[str, bytes]] = {}
     for lab in labs:
-        _generate(course, lab)
+        try:
+            _generate(course, lab, db=None if warnings is None else gradebook.db_url(root))
+        except RuntimeError as exc:
+            if warnings is None:
+                raise
+            last = [ln for ln in str(exc).splitlines() if ln.strip()][-1:] or [""]
+            warnings.append(f"{lab} is not registered in {root / 'gradebook.db'}: {last[0][:300]}")
+            _generate(course, lab)
         files: dict[str, bytes] = {}
         rel = course / "release" / lab
         for p in sorted(rel.rglob("*")):
@@ -214,8 +232,9 @@ def release(labs: list[str] | None = None, root: Path | None = None) -> list[Pat
     root = root or labs_root()
     labs = known_labs(root, labs)
     written = []
+    warnings: list[str] = []
     with tempfile.TemporaryDirectory(prefix="mlsys-release-") as tmp:
-        for lab, files in _build_releases(root, labs, Path(tmp)).items():
+        for lab, files in _build_releases(root, labs, Path(tmp), warnings=warnings).items():
             dest = root / "release" / lab
             if dest.exists():
                 shutil.rmtree(dest)
@@ -223,7 +242,7 @@ def release(labs: list[str] | None = None, root: Path | None = None) -> list[Pat
                 (dest / rel).parent.mkdir(parents=True, exist_ok=True)
                 (dest / rel).write_bytes(data)
                 written.append(dest / rel)
-    for line in register(root, labs):
+    for line in warnings:
         print(f"warning: {line}", file=sys.stderr)
     return written
 
@@ -383,6 +402,9 @@ def _validate_submission(path: Path) -> str | None:
             nbformat.validate(nb)
     except Exception as exc:
         return f"malformed notebook (fails the notebook schema): {str(exc).splitlines()[0][:200]}"
+    if not nb.cells:
+        return ("empty notebook: it has no cells, so there is nothing to grade (saved before any work, or emptied?); "
+                "hand in the lab's notebook with your answers")
     return None
 
 
