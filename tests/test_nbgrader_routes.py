@@ -492,7 +492,7 @@ def test_the_newcomers_sequence_with_formgrader_in_chromium(tmp_path):
             score = page.locator("input.score#explain_gaps")
             score.fill("1.5")
             score.press("Tab")  # formgrader saves a score when its input changes
-            page.locator(".score-saved").first.wait_for(state="visible", timeout=60_000)
+            _wait_for_manual_score(root, lab, "ada", "explain_gaps", 1.5)
             for student in ("ada", "bea"):
                 _button(page, manage, student, "generate-feedback",
                         f"Successfully generated feedback for '{lab}' for student '{student}'")
@@ -541,3 +541,15 @@ def test_check_release_says_what_it_checked_and_names_a_release_without_its_sour
     assert teach.main(["check-release"]) == 1
     err = capsys.readouterr().err
     assert f"{stray} has no instructor version" in err and "source is missing" in err, err
+
+
+def _wait_for_manual_score(root: Path, lab: str, student: str, grade_id: str, score: float) -> None:
+    """Wait until formgrader has saved ``score`` for the cell in the gradebook (its save is asynchronous)."""
+    deadline, found = time.monotonic() + 60, None
+    while time.monotonic() < deadline:
+        with gradebook_for(root) as gb:
+            found = gb.find_grade(grade_id, lab, lab, student).manual_score
+        if found == score:
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"formgrader did not save {student}'s {grade_id} score {score} (gradebook: {found})")
