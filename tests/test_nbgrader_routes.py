@@ -112,6 +112,28 @@ def test_feedback_without_the_instructor_notebook_is_refused(tmp_path):
         instructor_notebook(tmp_path, "lab0_tiny", "lab0_tiny")
 
 
+def test_a_folder_nbgrader_removed_is_put_back_only_when_the_run_did_not_write_it_again(tmp_path):
+    import logging
+
+    from mlsys.course.nbgrader_hooks import _restore
+
+    saved = tmp_path / "saved"
+    saved.mkdir()
+    (saved / "lab.ipynb").write_text("graded by make grade")
+    (saved / "old.txt").write_text("a file the new release no longer has")
+    dest = tmp_path / "dest"
+    log = logging.getLogger("test")
+    _restore({dest: saved}, log, failed=True)  # removed by nbgrader's failure handler: put back whole
+    assert (dest / "lab.ipynb").read_text() == "graded by make grade"
+    (dest / "lab.ipynb").write_text("graded again")
+    (dest / "old.txt").unlink()
+    _restore({dest: saved}, log, failed=False)  # a run that succeeded keeps its output, whatever it left out
+    assert (dest / "lab.ipynb").read_text() == "graded again" and not (dest / "old.txt").exists()
+    (dest / "lab.ipynb").unlink()
+    _restore({dest: saved}, log, failed=True)  # a failed run that removed the notebook: put back
+    assert (dest / "lab.ipynb").read_text() == "graded by make grade"
+
+
 # ------------------------------------------------------------------ one gradebook: teacher's scores into the CSV
 
 

@@ -13,7 +13,7 @@ nbgrader commands ``make grade`` runs in its scratch courses):
   ``autograded/<student>/<lab>``, ``feedback/...``) before it converts into it (``--force``) and again
   when the conversion fails, so a refused or failed run used to lose the committed release or the
   graded notebook. Each destination that exists is copied aside first and put back, whole, when the
-  run ends without it (a failure); a run that succeeds keeps its new output.
+  run ends without it (a failure); a run that succeeds keeps its new output, whatever it left out.
 """
 
 from __future__ import annotations
@@ -69,9 +69,12 @@ def _destinations(conv: Any) -> list[Path]:
     return out
 
 
-def _restore(backups: dict[Path, Path], log: Any) -> None:
+def _restore(backups: dict[Path, Path], log: Any, failed: bool) -> None:
+    """Put back each destination nbgrader removed and did not write again: a folder that is gone (nbgrader's failure
+    handler removes it whole), or, when the run failed, one that lost a notebook or page it had."""
     for dest, saved in backups.items():
-        lost = [p for p in saved.rglob("*") if p.is_file() and not (dest / p.relative_to(saved)).exists()]
+        lost = failed and any(p.suffix in (".ipynb", ".html") and not (dest / p.relative_to(saved)).exists()
+                              for p in saved.rglob("*") if p.is_file())
         if not dest.is_dir() or lost:
             if dest.exists():
                 shutil.rmtree(dest)
@@ -94,10 +97,12 @@ def install_restore_on_failure() -> None:
                 if dest.is_dir():
                     backups[dest] = Path(tmp) / str(i)
                     shutil.copytree(dest, backups[dest], symlinks=True)
+            failed = True
             try:
                 original(self)
+                failed = False
             finally:
-                _restore(backups, self.log)
+                _restore(backups, self.log, failed)
 
     setattr(convert_notebooks, _INSTALLED, True)
     BaseConverter.convert_notebooks = convert_notebooks
