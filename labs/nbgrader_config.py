@@ -99,10 +99,15 @@ c.Autograde.autograde_preprocessors = [
 # printed after the tests started (mlsys.course.nbgrader_hooks.ReturnableFeedback); without mlsys, no page at all.
 # And a failed or refused nbgrader run puts back the folder it removed (a release, a graded notebook).
 try:
+    from mlsys.course.nbgrader_hooks import ReturnableAutograded as _Autograded
     from mlsys.course.nbgrader_hooks import ReturnableFeedback as _Feedback
     from mlsys.course.nbgrader_hooks import install_restore_on_failure
 
     install_restore_on_failure()
+    # the teacher's autograded copy, which formgrader shows in the teacher's browser, holds no live markup either
+    _steps = c.Autograde.autograde_preprocessors
+    c.Autograde.autograde_preprocessors = [*_steps[:_steps.index(SaveAutoGrades) + 1], _Autograded,
+                                           *_steps[_steps.index(SaveAutoGrades) + 1:]]
 except Exception as _exc:  # noqa: BLE001 -- no sanitizer: refuse to write feedback rather than leak
     _fb_why = f"the course package mlsys cannot be imported here ({type(_exc).__name__}: {_exc})"
 

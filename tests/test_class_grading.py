@@ -424,6 +424,8 @@ def test_nbgrader_autograde_called_directly_runs_in_the_sandbox(tmp_path):
     assert f"BLOCKED {root / 'PWNED'}" in text and not (root / "PWNED").exists()
     scores = [c for c in graded["cells"] if c["metadata"].get("nbgrader", {}).get("grade_id") == "test_double"]
     assert scores and not any(o.get("output_type") == "error" for o in scores[0]["outputs"])
+    # the teacher's copy that formgrader shows is sanitised as make grade's is (mlsys.course.nbgrader_hooks)
+    assert "BEGIN HIDDEN TESTS" not in json.dumps(graded)
 
 
 @pytest.mark.slow

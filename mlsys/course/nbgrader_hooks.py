@@ -9,6 +9,8 @@ nbgrader commands ``make grade`` runs in its scratch courses):
   no live markup, nothing produced after the tests started, hidden failures as a generic message).
   It reads the instructor notebook ``source/<lab>/<lab>.ipynb`` of the course root and refuses to
   render a page when there is none (it could not know what to hide).
+* :class:`ReturnableAutograded`, a step of ``Autograde`` after the scores are saved: the teacher's
+  autograded notebook is sanitised as ``make grade``'s is (formgrader renders it in the teacher's browser).
 * :func:`install_restore_on_failure`: nbgrader removes a destination folder (``release/<lab>``,
   ``autograded/<student>/<lab>``, ``feedback/...``) before it converts into it (``--force``) and again
   when the conversion fails, so a refused or failed run used to lose the committed release or the
@@ -30,7 +32,7 @@ from nbgrader.preprocessors import NbGraderPreprocessor
 
 from . import sanitize
 
-__all__ = ["ReturnableFeedback", "install_restore_on_failure", "instructor_notebook"]
+__all__ = ["ReturnableFeedback", "ReturnableAutograded", "install_restore_on_failure", "instructor_notebook"]
 
 
 def instructor_notebook(root: Path, lab: str, notebook: str) -> dict[str, Any]:
@@ -53,6 +55,20 @@ class ReturnableFeedback(NbGraderPreprocessor):
         source = instructor_notebook(Path.cwd(), str(info.get("assignment", "")), str(info.get("notebook", "")))
         clean = sanitize.feedback_notebook(json.loads(nbformat.writes(nb)), source)
         return nbformat.reads(json.dumps(clean), as_version=nbformat.NO_CONVERT), resources  # sources joined
+
+
+class ReturnableAutograded(NbGraderPreprocessor):
+    """``Autograde`` step after the scores are saved: the autograded notebook (the teacher's copy, which formgrader
+    shows in the teacher's browser) gets :func:`mlsys.course.sanitize.sanitize_notebook`, as ``make grade``'s does:
+    no live markup a submission wrote (it would run with the teacher's formgrader session), no hidden test source."""
+
+    def preprocess(self, nb: Any, resources: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+        import nbformat
+
+        info = resources.get("nbgrader", {})
+        source = instructor_notebook(Path.cwd(), str(info.get("assignment", "")), str(info.get("notebook", "")))
+        clean = sanitize.sanitize_notebook(json.loads(nbformat.writes(nb)), source)
+        return nbformat.reads(json.dumps(clean), as_version=nbformat.NO_CONVERT), resources
 
 
 _INSTALLED = "_mlsys_restore_on_failure"
