@@ -366,7 +366,7 @@ def test_interrupted_run_resumes_without_regrading_finished_rows(tmp_path):
     done_before = {f[:-5] for f in finished}
     graded = {s: (root / "autograded" / s / "lab0_tiny" / "lab0_tiny.ipynb").stat().st_mtime_ns for s in done_before}
     p = teach.plan(root, settings=teach._settings_key(perf="off", use_sandbox=True, timeout=300.0, cell_timeout=None,
-                                                      feedback=False))
+                                                      feedback=False, root=root))  # the grader of root's config
     assert {s.student for s in p.done} == done_before and {s.student for s in p.todo} == set(pending)
     rows = teach.grade(root, timeout=300, verbose=False, perf="off", feedback=False)
     assert all(r.status == "ok" and r.correctness_score == 3 for r in rows), rows
