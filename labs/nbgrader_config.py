@@ -5,7 +5,16 @@ mlsys.course.teach``) run it in a scratch copy of this folder with this file, so
 student versions stay byte-for-byte reproducible and submitted files are never touched.
 """
 
+import os  # noqa: E402
+import sys  # noqa: E402
+
 c = get_config()  # noqa: F821 -- provided by nbgrader when it loads this file
+
+# nbgrader runs the `alembic` script of its own environment to set up a gradebook: find it even when the venv
+# is not activated (`.venv/bin/nbgrader ...`), instead of failing after `--force` removed the old output.
+_bin = os.path.dirname(sys.executable)
+if _bin not in os.environ.get("PATH", "").split(os.pathsep):
+    os.environ["PATH"] = os.pathsep.join([_bin, os.environ.get("PATH", "")])
 
 c.CourseDirectory.source_directory = "source"
 c.CourseDirectory.release_directory = "release"
@@ -53,12 +62,11 @@ c.Autograde.create_student = True
 # `nbgrader autograde` and formgrader's Autograde button (no MLSYS_SANDBOX) get the same sandbox and
 # trusted process, set up by mlsys.course.nbgrader_direct, or a refusal that says to use `make grade`
 # (bubblewrap missing, or mlsys not importable): never nbgrader's unsandboxed Execute.
-import os  # noqa: E402
-
-from nbconvert.preprocessors import ClearMetadataPreprocessor  # noqa: E402
+from nbconvert.preprocessors import ClearMetadataPreprocessor, CSSHTMLHeaderPreprocessor  # noqa: E402
 from nbgrader.preprocessors import (  # noqa: E402
     AssignLatePenalties,
     CheckCellMetadata,
+    GetGrades,
     IgnorePattern,
     LimitOutput,
     NbGraderPreprocessor,
@@ -85,3 +93,32 @@ c.Autograde.autograde_preprocessors = [
     _Execute, IgnorePattern, ClearMetadataPreprocessor, LimitOutput, SaveAutoGrades,
     AssignLatePenalties, CheckCellMetadata,
 ]
+
+# Nothing leaks back, on every route (`make grade`, `nbgrader generate_feedback`, formgrader's Generate Feedback
+# button): the page a learner gets has no hidden test source, no live markup and nothing the learner's code
+# printed after the tests started (mlsys.course.nbgrader_hooks.ReturnableFeedback); without mlsys, no page at all.
+# And a failed or refused nbgrader run puts back the folder it removed (a release, a graded notebook).
+try:
+    from mlsys.course.nbgrader_hooks import ReturnableAutograded as _Autograded
+    from mlsys.course.nbgrader_hooks import ReturnableFeedback as _Feedback
+    from mlsys.course.nbgrader_hooks import install_restore_on_failure
+
+    install_restore_on_failure()
+    # the teacher's autograded copy, which formgrader shows in the teacher's browser, holds no live markup either
+    _steps = c.Autograde.autograde_preprocessors
+    c.Autograde.autograde_preprocessors = [*_steps[:_steps.index(SaveAutoGrades) + 1], _Autograded,
+                                           *_steps[_steps.index(SaveAutoGrades) + 1:]]
+except Exception as _exc:  # noqa: BLE001 -- no sanitizer: refuse to write feedback rather than leak
+    _fb_why = f"the course package mlsys cannot be imported here ({type(_exc).__name__}: {_exc})"
+
+    class _Feedback(NbGraderPreprocessor):
+        """Refuses to write feedback: the hidden tests could not be removed."""
+
+        def preprocess(self, nb, resources):
+            raise RuntimeError(f"refusing to write feedback that could show hidden tests: {_fb_why}")
+
+c.GenerateFeedback.preprocessors = [GetGrades, _Feedback, CSSHTMLHeaderPreprocessor]
+
+# `nbgrader export` writes nbgrader_grades.csv: labs/grades.csv is `make grade`'s report (python -m
+# mlsys.course.teach grade), which already holds nbgrader's scores, the written answers graded in formgrader too.
+c.CsvExportPlugin.to = "nbgrader_grades.csv"

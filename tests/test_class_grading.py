@@ -301,6 +301,31 @@ def test_slurm_task_that_fails_is_reported_with_its_reason(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("slurm")  # one Slurm node of 2 CPUs: one test at a time
+def test_slurm_regrade_grades_every_submission_again(tmp_path):
+    """`teach grade --slurm --regrade`: every task grades its submissions again (none says "already graded,
+    kept"), and every stored row is newer than the run."""
+    _sandbox_or_skip()
+    _slurm_or_skip()
+    root = _tiny_course(tmp_path)
+    for name in ("ann", "ben"):
+        _put(root, name, _good())
+    options = slurm.SlurmOptions(time="10:00", max_running=2)
+    first = teach.grade(root, timeout=300, verbose=False, perf="off", feedback=False, slurm_options=options)
+    assert [r.status for r in first] == ["ok", "ok"], first
+    stored = {n: RowStore(root).stored(n, "lab0_tiny")["stored_at"] for n in ("ann", "ben")}
+    started = time.time()
+    again = teach.grade(root, timeout=300, verbose=False, perf="off", feedback=False, slurm_options=options,
+                        regrade=True)
+    assert [(r.status, r.correctness_score) for r in again] == [("ok", 3), ("ok", 3)], again
+    for name in ("ann", "ben"):
+        assert RowStore(root).stored(name, "lab0_tiny")["stored_at"] > max(started, stored[name])
+    [run] = sorted((root / ".grading" / "runs").iterdir())[-1:]
+    logs = "".join(p.read_text() for p in run.glob("task-*.log"))
+    assert "already graded" not in logs and logs.count("lab0_tiny: ok") == 2, logs[-2000:]
+
+
+@pytest.mark.slow
 def test_interrupted_run_resumes_without_regrading_finished_rows(tmp_path):
     """SIGINT (Ctrl-C) in the middle of `teach grade`: finished rows are stored, the rest reported as
     pending, nothing the run started lives on; the next run grades only the rest and leaves the
@@ -341,7 +366,7 @@ def test_interrupted_run_resumes_without_regrading_finished_rows(tmp_path):
     done_before = {f[:-5] for f in finished}
     graded = {s: (root / "autograded" / s / "lab0_tiny" / "lab0_tiny.ipynb").stat().st_mtime_ns for s in done_before}
     p = teach.plan(root, settings=teach._settings_key(perf="off", use_sandbox=True, timeout=300.0, cell_timeout=None,
-                                                      feedback=False))
+                                                      feedback=False, root=root))  # the grader of root's config
     assert {s.student for s in p.done} == done_before and {s.student for s in p.todo} == set(pending)
     rows = teach.grade(root, timeout=300, verbose=False, perf="off", feedback=False)
     assert all(r.status == "ok" and r.correctness_score == 3 for r in rows), rows
@@ -399,6 +424,8 @@ def test_nbgrader_autograde_called_directly_runs_in_the_sandbox(tmp_path):
     assert f"BLOCKED {root / 'PWNED'}" in text and not (root / "PWNED").exists()
     scores = [c for c in graded["cells"] if c["metadata"].get("nbgrader", {}).get("grade_id") == "test_double"]
     assert scores and not any(o.get("output_type") == "error" for o in scores[0]["outputs"])
+    # the teacher's copy that formgrader shows is sanitised as make grade's is (mlsys.course.nbgrader_hooks)
+    assert "BEGIN HIDDEN TESTS" not in json.dumps(graded)
 
 
 @pytest.mark.slow

@@ -4,7 +4,9 @@ Layout, inside the course folder (the only state shared between a teacher's comm
 on other nodes): ``.grading/rows/<lab>/<student>.json`` holding ``{"key": ..., "row": {...}}``.
 ``key`` is :func:`submission_key`: a SHA-256 over the submission's files (names and bytes), the
 instructor version of its lab and the grading settings, so a row is reused only while all three are
-unchanged. A row file is written once, atomically (a temporary file in the same folder, then
+unchanged. The settings include :func:`grader_digest` (the grading code, nbgrader's configuration, the
+library versions and the device), which each row also keeps as ``grader``: a row graded by another
+grader (a patched hole, an upgraded library, another GPU) is graded again, and the run says how many. A row file is written once, atomically (a temporary file in the same folder, then
 ``os.replace``): a reader sees the old file, the new one, or none, never half of one; a run that is
 killed loses at most the submissions it was grading at that moment.
 """
@@ -18,7 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-__all__ = ["tree_digest", "submission_key", "RowStore"]
+__all__ = ["tree_digest", "submission_key", "grader_digest", "RowStore"]
 
 _SKIP = {".ipynb_checkpoints", "__pycache__"}
 
@@ -47,6 +49,48 @@ def submission_key(files: list[Path], base: Path, lab_source: Path, settings: di
     return h.hexdigest()
 
 
+_VERSIONED = ("nbgrader", "nbconvert", "nbclient", "nbformat", "ipykernel", "numpy", "torch", "triton", "pint")
+
+
+def _device() -> str:
+    """The GPU models and driver versions ``nvidia-smi`` lists (not which GPU: any H200 grades alike), or "no GPU"."""
+    import shutil
+    import subprocess
+
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return "no GPU"
+    try:
+        out = subprocess.run([smi, "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        out = ""
+    return out or "no GPU (nvidia-smi lists none)"
+
+
+def grader_digest(config: Path) -> str:
+    """SHA-256 of what decides a grade besides the submission: the ``mlsys`` package's source (grader, sandbox,
+    checks and the models the labs import), nbgrader's ``config`` file, the versions of Python and of the
+    libraries in the grading path, and the device."""
+    import platform
+    from importlib import metadata
+
+    pkg = Path(__file__).resolve().parents[1]
+    h = hashlib.sha256()
+    h.update(tree_digest([p for p in sorted(pkg.rglob("*")) if p.suffix in (".py", ".toml") and p.is_file()],
+                         pkg).encode())
+    h.update(tree_digest([Path(config)]).encode() if Path(config).is_file() else b"no config")
+    versions = {"python": platform.python_version()}
+    for name in _VERSIONED:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = "absent"
+    h.update(json.dumps(versions, sort_keys=True).encode())
+    h.update(_device().encode())
+    return h.hexdigest()
+
+
 class RowStore:
     """``<root>/.grading/rows/<lab>/<student>.json``: one finished grading each."""
 
@@ -70,11 +114,15 @@ class RowStore:
             return None
         return data.get("row") if isinstance(data, dict) and data.get("key") == key else None
 
-    def put(self, student: str, lab: str, key: str, row: dict[str, Any], seconds: float | None = None) -> Path:
-        """Write the row atomically (same-folder temporary file, fsync, ``os.replace``)."""
+    def put(self, student: str, lab: str, key: str, row: dict[str, Any], seconds: float | None = None,
+            grader: str = "") -> Path:
+        """Write the row atomically (same-folder temporary file, fsync, ``os.replace``), with the ``grader``
+        digest that graded it and the time it was stored."""
+        import time
+
         p = self.path(student, lab)
         p.parent.mkdir(parents=True, exist_ok=True)
-        data = {"key": key, "row": row}
+        data = {"key": key, "row": row, "grader": grader, "stored_at": time.time()}
         if seconds is not None:
             data["seconds"] = round(seconds, 3)
         fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=".tmp-", suffix=".json")
@@ -95,3 +143,11 @@ class RowStore:
             return float(json.loads(self.path(student, lab).read_text(encoding="utf-8"))["seconds"])
         except (OSError, ValueError, KeyError, TypeError):
             return None
+
+    def stored(self, student: str, lab: str) -> dict[str, Any] | None:
+        """The whole stored record of (student, lab) whatever its key: ``key``, ``row``, ``grader``, ``stored_at``."""
+        try:
+            data = json.loads(self.path(student, lab).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None

@@ -19,6 +19,15 @@ notebook:
   state would make nbconvert load the widget manager's JavaScript and render that state live).
 
 Plain text is kept: a learner sees their prints, their values and their error messages.
+
+The feedback page (:func:`feedback_notebook`, run by nbgrader's ``generate_feedback`` through
+:class:`mlsys.course.nbgrader_feedback.ReturnableFeedback` on every route) returns less: nothing the
+learner's code saw after the tests started. Every output of a code cell is written by a process that
+runs the learner's code, so from the first test cell on no output of the run is returned: other cells'
+outputs are replaced by :data:`AFTER_TESTS`, a test cell that passed shows no output, and a failed test
+cell shows its error message only while no hidden test has run yet and the cell has none; otherwise
+:data:`HIDDEN_FAILED`, a generic failure. Performance cells keep their output (the trusted process
+writes it). The teacher's autograded notebook keeps the full messages.
 """
 
 from __future__ import annotations
@@ -28,13 +37,17 @@ import re
 from pathlib import Path
 from typing import Any
 
-__all__ = ["HIDDEN_LINE", "INERT_MIME", "hidden_lines", "sanitize_notebook", "sanitize_file"]
+__all__ = ["HIDDEN_LINE", "INERT_MIME", "AFTER_TESTS", "HIDDEN_FAILED", "hidden_lines", "sanitize_notebook",
+           "sanitize_file", "feedback_notebook", "leaks"]
 
 HIDDEN_LINE = "[a line of a hidden test was removed]"
 HIDDEN_STUB = "# (hidden tests: not shown)"
 INERT_MIME = ("text/plain", "image/png", "image/jpeg", "image/gif")
 """MIME types an output may keep: text and raster images, which no renderer executes."""
 
+AFTER_TESTS = "[output not returned: it was produced after the tests started; your own notebook shows it]\n"
+HIDDEN_FAILED = ("a test in this cell failed (a hidden test, or a check run after one); your teacher's report has "
+                 "the details. Run the visible checks in your notebook to see what they test.")
 _REGION = re.compile(r"[ \t]*### BEGIN HIDDEN TESTS.*?(### END HIDDEN TESTS[^\n]*|\Z)", re.S)
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 _MIN_CHARS = 8  # a hidden line shorter than this (``)``, ``else:``) is not evidence of a leak
@@ -132,3 +145,63 @@ def sanitize_file(path: Path, source_nb: dict[str, Any]) -> None:
     path = Path(path)
     nb = json.loads(path.read_text(encoding="utf-8"))
     path.write_text(json.dumps(sanitize_notebook(nb, source_nb), indent=1, ensure_ascii=False), encoding="utf-8")
+
+
+def _nbgrader_meta(cell: dict[str, Any]) -> dict[str, Any]:
+    meta = (cell.get("metadata") or {}).get("nbgrader")
+    return meta if isinstance(meta, dict) else {}
+
+
+def _is_test(cell: dict[str, Any]) -> bool:
+    meta = _nbgrader_meta(cell)
+    return cell.get("cell_type") == "code" and bool(meta.get("grade")) and not meta.get("solution")
+
+
+def _hidden_ids(source_nb: dict[str, Any]) -> set[str]:
+    """grade ids of the instructor's test cells that hold a hidden-test region."""
+    return {str(_nbgrader_meta(c).get("grade_id")) for c in source_nb.get("cells", [])
+            if _is_test(c) and _REGION.search(_src(c))}
+
+
+def _failure(evalue: str) -> dict[str, Any]:
+    return {"output_type": "error", "ename": "TestFailed", "evalue": evalue, "traceback": [f"TestFailed: {evalue}"]}
+
+
+def feedback_notebook(nb: dict[str, Any], source_nb: dict[str, Any]) -> dict[str, Any]:
+    """``nb`` (changed in place) as the learner may see it: :func:`sanitize_notebook`, then nothing
+    produced after the tests started (see the module doc). Which cells hold hidden tests is read from
+    ``source_nb``, the instructor's notebook, never from the submission."""
+    hidden = _hidden_ids(source_nb)
+    sanitize_notebook(nb, source_nb)
+    started = hidden_ran = False
+    for cell in nb.get("cells", []):
+        if cell.get("cell_type") != "code":
+            continue
+        test = _is_test(cell)
+        gid = str(_nbgrader_meta(cell).get("grade_id", ""))
+        started = started or test
+        if not started or (test and gid.startswith("perf_")):
+            continue
+        outs = cell.get("outputs", [])
+        if not test:
+            cell["outputs"] = [{"output_type": "stream", "name": "stdout", "text": AFTER_TESTS}] if outs else []
+            continue
+        errors = [o for o in outs if o.get("output_type") == "error"]
+        if not errors:
+            cell["outputs"] = []
+        elif hidden_ran or gid in hidden:
+            cell["outputs"] = [_failure(HIDDEN_FAILED)]
+        else:  # a test cell without hidden tests, before any hidden test ran: its own message, one line
+            e = errors[-1]
+            cell["outputs"] = [_failure(f"{e.get('ename', '')}: {str(e.get('evalue', '')).strip()[:400]}")]
+        hidden_ran = hidden_ran or gid in hidden
+    return nb
+
+
+def leaks(text: str, source_nb: dict[str, Any]) -> list[str]:
+    """What in ``text`` (a feedback page) comes from the instructor's hidden tests: markers and lines."""
+    found = ["### BEGIN HIDDEN TESTS"] if "BEGIN HIDDEN TESTS" in text else []
+    import html
+
+    return found + sorted(ln for ln in hidden_lines(source_nb)
+                          if any(form in text for form in (ln, html.escape(ln), html.escape(ln, quote=False))))

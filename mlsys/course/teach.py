@@ -26,17 +26,26 @@ without grading; :func:`run_local` (``--jobs N``: N at a time, one slot of GPU a
 :mod:`mlsys.course.slots`) or :func:`run_slurm` (``--slurm``: a job array whose tasks run
 ``grade-task``, :mod:`mlsys.course.slurm`) grades them, each row stored atomically as it finishes
 (:mod:`mlsys.course.rowstore`); :func:`report` gathers the stored rows into the CSV. A stored row with
-the same key is never graded again, so an interrupted run resumes where it stopped.
+the same key is never graded again, so an interrupted run resumes where it stopped. The key includes
+the grader's digest (:func:`mlsys.course.rowstore.grader_digest`), and a row whose graded notebook is
+gone or whose feedback page shows a hidden test (written by another tool) is graded again.
+
+One gradebook: ``release`` registers each lab in nbgrader's ``labs/gradebook.db``, and :func:`report`
+records every graded row there (:mod:`mlsys.course.gradebook`) and takes back the scores a teacher
+entered in formgrader (``manual_score``). ``nbgrader export`` writes ``labs/nbgrader_grades.csv``
+(``labs/nbgrader_config.py``), never this report; the two agree on each submission's total.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import hashlib
 import json
 import os
 import queue
+import re
 import shutil
 import signal
 import subprocess
@@ -50,9 +59,9 @@ from typing import Any
 
 from ..runtime.paths import checkout, labs_root
 from ..runtime.processes import kill_tree
-from . import audit, feedback_marks, sandbox, sanitize, slurm
+from . import audit, feedback_marks, gradebook, sandbox, sanitize, slurm
 from .grading import NOT_GRADED
-from .rowstore import RowStore, submission_key
+from .rowstore import RowStore, grader_digest, submission_key
 from .slots import Slot, make_slots, visible_gpus
 
 __all__ = ["labs_root", "lab_names", "release", "check_release", "grade", "plan", "run_local", "run_slurm", "report",
@@ -61,7 +70,7 @@ __all__ = ["labs_root", "lab_names", "release", "check_release", "grade", "plan"
 MAX_OUTPUT_CHARS = 20_000  # per output, in the returned autograded/feedback notebooks
 CSV_FIELDS = [
     "student", "lab", "status", "correctness_score", "correctness_max", "performance_score", "performance_max",
-    "performance", "manual_max", "total_score", "reason", "summary", "flags",
+    "performance", "manual_max", "manual_score", "total_score", "reason", "summary", "flags",
 ]
 
 
@@ -131,11 +140,30 @@ def _scratch_course(root: Path, labs: list[str], tmp: Path) -> Path:
     return course
 
 
-def _generate(course: Path, lab: str, timeout: float = 300) -> None:
-    rc, out = _run(["generate_assignment", lab, "--force", "--db", f"sqlite:///{course / 'gradebook.db'}"],
+def _generate(course: Path, lab: str, timeout: float = 300, db: str | None = None) -> None:
+    """``nbgrader generate_assignment`` in the scratch ``course``, registering the lab in ``db`` (default: the
+    scratch course's own gradebook)."""
+    rc, out = _run(["generate_assignment", lab, "--force", "--db", db or f"sqlite:///{course / 'gradebook.db'}"],
                    course, timeout, course / f"generate_{lab}.log")
     if rc != 0:
         raise RuntimeError(f"nbgrader generate_assignment {lab} failed (exit {rc}):\n{out[-4000:]}")
+
+
+def register(root: Path, labs: list[str]) -> list[str]:
+    """Register ``labs`` in the course gradebook ``root/gradebook.db`` (nbgrader's assignment, notebook and
+    cells), so that formgrader's Autograde button and ``nbgrader autograde`` work on labs released by
+    ``make release``. Returns a warning per lab that could not be registered (e.g. its cells changed after
+    submissions were recorded: nbgrader keeps the gradebook as it is then)."""
+    warnings = []
+    with tempfile.TemporaryDirectory(prefix="mlsys-register-") as tmp:
+        course = _scratch_course(root, labs, Path(tmp))
+        for lab in labs:
+            try:
+                _generate(course, lab, db=gradebook.db_url(root))
+            except RuntimeError as exc:
+                last = [ln for ln in str(exc).splitlines() if ln.strip()][-1:] or [""]
+                warnings.append(f"{lab} is not registered in {root / 'gradebook.db'}: {last[0][:300]}")
+    return warnings
 
 
 # ----------------------------------------------------------------------------------------------
@@ -156,11 +184,22 @@ def _dump(nb: dict[str, Any]) -> str:
     return json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
 
 
-def _build_releases(root: Path, labs: list[str], tmp: Path) -> dict[str, dict[str, bytes]]:
+def _build_releases(root: Path, labs: list[str], tmp: Path, *,
+                    warnings: list[str] | None = None) -> dict[str, dict[str, bytes]]:
+    """Each lab's release files as ``make release`` writes them. With ``warnings`` (a list to append to), each lab
+    is also registered in the course gradebook (:func:`register`); a lab that cannot be is released all the same,
+    with a warning."""
     course = _scratch_course(root, labs, tmp)
     out: dict[str, dict[str, bytes]] = {}
     for lab in labs:
-        _generate(course, lab)
+        try:
+            _generate(course, lab, db=None if warnings is None else gradebook.db_url(root))
+        except RuntimeError as exc:
+            if warnings is None:
+                raise
+            last = [ln for ln in str(exc).splitlines() if ln.strip()][-1:] or [""]
+            warnings.append(f"{lab} is not registered in {root / 'gradebook.db'}: {last[0][:300]}")
+            _generate(course, lab)
         files: dict[str, bytes] = {}
         rel = course / "release" / lab
         for p in sorted(rel.rglob("*")):
@@ -174,13 +213,28 @@ def _build_releases(root: Path, labs: list[str], tmp: Path) -> dict[str, dict[st
     return out
 
 
+def known_labs(root: Path, labs: list[str] | None) -> list[str]:
+    """``labs`` (default: every lab of ``root/source``), each checked: a name that is not a lab is a ValueError
+    naming the labs there are."""
+    known = lab_names(root)
+    if not known:
+        raise ValueError(f"no lab found in {root / 'source'} (expected source/<lab>/<lab>.ipynb)")
+    unknown = [lab for lab in labs or [] if lab not in known]
+    if unknown:
+        raise ValueError(f"unknown lab{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
+                         f"the labs are {', '.join(known)}")
+    return list(labs or known)
+
+
 def release(labs: list[str] | None = None, root: Path | None = None) -> list[Path]:
-    """Write ``release/<lab>/`` for each lab (all labs by default); returns the files written."""
+    """Write ``release/<lab>/`` for each lab (all labs by default) and register each in the course gradebook
+    (:func:`register`); returns the files written."""
     root = root or labs_root()
-    labs = labs or lab_names(root)
+    labs = known_labs(root, labs)
     written = []
+    warnings: list[str] = []
     with tempfile.TemporaryDirectory(prefix="mlsys-release-") as tmp:
-        for lab, files in _build_releases(root, labs, Path(tmp)).items():
+        for lab, files in _build_releases(root, labs, Path(tmp), warnings=warnings).items():
             dest = root / "release" / lab
             if dest.exists():
                 shutil.rmtree(dest)
@@ -188,14 +242,18 @@ def release(labs: list[str] | None = None, root: Path | None = None) -> list[Pat
                 (dest / rel).parent.mkdir(parents=True, exist_ok=True)
                 (dest / rel).write_bytes(data)
                 written.append(dest / rel)
+    for line in warnings:
+        print(f"warning: {line}", file=sys.stderr)
     return written
 
 
 def check_release(labs: list[str] | None = None, root: Path | None = None) -> list[str]:
     """Differences between the committed releases and freshly generated ones (empty when in sync)."""
     root = root or labs_root()
-    labs = labs or lab_names(root)
-    problems = []
+    labs = known_labs(root, labs)
+    problems = [f"{d} has no instructor version {root / 'source' / d.name / (d.name + '.ipynb')} (its source is missing)"
+                for d in sorted((root / "release").iterdir()) if d.is_dir() and d.name not in lab_names(root)] \
+        if (root / "release").is_dir() else []
     with tempfile.TemporaryDirectory(prefix="mlsys-release-") as tmp:
         for lab, files in _build_releases(root, labs, Path(tmp)).items():
             dest = root / "release" / lab
@@ -229,6 +287,7 @@ class Row:
     performance_max: float = 0.0
     performance: str = "graded"  # graded | not graded (no GPU) | none
     manual_max: float = 0.0
+    manual_score: float | str = ""  # written answers graded so far in formgrader ("" while none is)
     total_score: float = 0.0
     reason: str = ""
     summary: str = ""
@@ -251,8 +310,10 @@ def summarize(row: Row) -> str:
     elif row.performance != "none":
         where = row.performance.replace("not graded", "not graded here", 1)
         parts.append(f"performance ({_pts(row.performance_max)} points) {where}")
-    if row.manual_max:
+    if row.manual_max and row.manual_score == "":
         parts.append(f"{_pts(row.manual_max)} points of written answers pending")
+    elif row.manual_max:
+        parts.append(f"written answers {_pts(float(row.manual_score))} / {_pts(row.manual_max)}")
     return "; ".join(parts)
 
 
@@ -317,8 +378,11 @@ def _reason(rc: int | None, log: str, timeout: float) -> str:
                         ("MemoryError", "out of memory")):
         if needle in log:
             return why
-    tail = [ln for ln in log.strip().splitlines() if ln.strip()][-1:] or ["no log"]
-    return f"nbgrader autograde failed (exit {rc}): {tail[0][:200]}"
+    lines = [ln.strip() for ln in log.strip().splitlines() if ln.strip()]
+    # nbgrader's last line says "Please see the above traceback": the exception that line means is the cause
+    errors = [ln for ln in lines if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Exit)\b:?", ln)]
+    tail = (errors or lines)[-1:] or ["no log"]
+    return f"nbgrader autograde failed (exit {rc}): {tail[0][:300]}"
 
 
 def _validate_submission(path: Path) -> str | None:
@@ -338,6 +402,9 @@ def _validate_submission(path: Path) -> str | None:
             nbformat.validate(nb)
     except Exception as exc:
         return f"malformed notebook (fails the notebook schema): {str(exc).splitlines()[0][:200]}"
+    if not nb.cells:
+        return ("empty notebook: it has no cells, so there is nothing to grade (saved before any work, or emptied?); "
+                "hand in the lab's notebook with your answers")
     return None
 
 
@@ -572,7 +639,10 @@ def _grade_one(sub: Submission, prep: _Prepared, work: Path, root: Path, *, time
                    course, timeout + 120, course / "autograde.log", env=env, slot=slot)
     graded = course / "autograded" / sid / lab / f"{lab}.ipynb"
     if rc != 0 or not graded.is_file():
-        return _finish(_failed(row, "; ".join([*row.notes, _reason(rc, out, timeout + 120)])))
+        kept = RowStore(root).path(student, lab).with_suffix(".log")  # the traceback the reason points to
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(course / "autograde.log", kept)
+        return _finish(_failed(row, "; ".join([*row.notes, f"{_reason(rc, out, timeout + 120)} (log: {kept})"])))
     _trim_outputs(graded)
     sanitize.sanitize_file(graded, source_nb)  # no hidden test, no live markup leaves (issue 26)
     graded_nb = json.loads(graded.read_text(encoding="utf-8"))
@@ -683,6 +753,7 @@ class Plan:
     done: list[Submission]
     problems: list[Row]
     settings: dict[str, Any]
+    again: dict[str, int] = field(default_factory=dict)  # why stored rows are graded again: reason -> count
 
 
 @dataclass
@@ -773,12 +844,44 @@ def plan(root: Path | None = None, *, submitted: Path | None = None, labs: list[
             problem(student, "(none)", f"nothing to grade in submitted/{student}/: {expected}")
     store = RowStore(root)
     todo, done = [], []
+    again: dict[str, int] = {}
     for sub in found:
         key = submission_key(sub.files(), sub.files()[0].parent, root / "source" / sub.lab, settings)
         sub = Submission(sub.student, sub.lab, sub.notebook, sub.folder, key, sub.note)
-        (done if not regrade and store.get(sub.student, sub.lab, key) is not None else todo).append(sub)
+        why = None if regrade else _why_grade_again(root, sub, store.stored(sub.student, sub.lab), settings)
+        if why is None and not regrade:
+            done.append(sub)
+            continue
+        todo.append(sub)
+        if why:
+            again[why] = again.get(why, 0) + 1
     graded_labs = sorted({s.lab for s in found} | {r.lab for r in problems if r.lab in known})
-    return Plan(root, submitted, graded_labs, todo, done, problems, settings)
+    return Plan(root, submitted, graded_labs, todo, done, problems, settings, {k: v for k, v in again.items() if k})
+
+
+def _why_grade_again(root: Path, sub: Submission, stored: dict[str, Any] | None, settings: dict[str, Any]) -> str | None:
+    """Why a submission with a stored row must be graded again ("" for a new or changed submission), or None:
+    another grader graded it (48.7), or what the row returned is gone or leaks (a graded notebook another tool
+    deleted, a feedback page with hidden tests that another tool wrote)."""
+    if stored is None:
+        return ""
+    if stored.get("key") != sub.key:
+        return ("graded by another grader (its code, configuration, libraries or device changed)"
+                if stored.get("grader") not in (None, "", settings.get("grader")) else "")
+    row = stored.get("row") or {}
+    if row.get("status") != "ok":
+        return None
+    graded = root / "autograded" / sub.student / sub.lab / f"{sub.lab}.ipynb"
+    if not graded.is_file():
+        return "its graded notebook was missing (deleted by another tool)"
+    feedback = root / "feedback" / sub.student / sub.lab / f"{sub.lab}.html"
+    if settings.get("feedback", True):
+        if not feedback.is_file():
+            return "its feedback page was missing"
+        source = json.loads((root / "source" / sub.lab / f"{sub.lab}.ipynb").read_text(encoding="utf-8"))
+        if sanitize.leaks(feedback.read_text(encoding="utf-8", errors="replace"), source):
+            return "its feedback page showed hidden tests (written by another tool): replaced"
+    return None
 
 
 def _prepare(root: Path, labs: list[str], dest: Path, *, use_sandbox: bool, perf: str,
@@ -909,7 +1012,8 @@ def run_local(plan_: Plan, prep: _Prepared, *, jobs: int = 1, timeout: float = 3
                 return
             took = time.monotonic() - t0
             if keep:
-                store.put(sub.student, sub.lab, sub.key, _stored(row), seconds=took)
+                store.put(sub.student, sub.lab, sub.key, _stored(row), seconds=took,
+                          grader=plan_.settings.get("grader", ""))
             else:
                 unstored[sub.student, sub.lab] = row
             with lock:
@@ -975,15 +1079,75 @@ def report(plan_: Plan, out_csv: Path, *, unstored: dict[tuple[str, str], Row] |
                                                   "not graded yet (the run was interrupted); run the same "
                                                   "command again to grade it")))
     rows.sort(key=lambda r: (r.student, r.lab))
+    try:
+        _sync_gradebook(plan_, rows)
+    except Exception as exc:  # the CSV is written whatever happens to the gradebook
+        print(f"warning: the course gradebook {plan_.root / 'gradebook.db'} was not updated "
+              f"({type(exc).__name__}: {exc}); grades.csv has the autograded scores", file=sys.stderr)
     write_csv(rows, out_csv, keep_other_labs=True)
     return rows
 
 
+def _sync_gradebook(plan_: Plan, rows: list[Row]) -> None:
+    """One gradebook (:mod:`mlsys.course.gradebook`): record every graded row of ``plan_`` that the course
+    gradebook lacks or that this run graded (each lab registered first, where ``make release`` did not), then
+    take the scores a teacher entered in formgrader into the rows: written answers as ``manual_score``, an
+    override of an autograded cell in place of its score; ``total_score`` and the summary follow."""
+    root = plan_.root
+    fresh = {(s.student, s.lab) for s in plan_.todo}
+    for lab in sorted({r.lab for r in rows if r.status == "ok"}):
+        mine = [r for r in rows if r.lab == lab and r.status == "ok"
+                and (root / "autograded" / r.student / lab / f"{lab}.ipynb").is_file()]
+        if not mine:
+            continue
+        if not gradebook.has_assignment(root, lab):
+            warnings = register(root, [lab])
+            for line in warnings:
+                print(f"warning: {line}", file=sys.stderr)
+            if warnings:
+                continue
+        known = gradebook.cell_scores(root, lab)
+        for r in mine:
+            if (r.student, lab) in fresh or r.student not in known:
+                gradebook.record(root, r.student, lab, root / "autograded" / r.student / lab / f"{lab}.ipynb")
+        scores = gradebook.cell_scores(root, lab)
+        for r in mine:
+            _take_teacher_scores(r, scores.get(r.student, []))
+
+
+def _take_teacher_scores(row: Row, cells: list[gradebook.CellScore]) -> None:
+    """Fold the gradebook's teacher-entered scores of one submission into ``row`` (see :func:`_sync_gradebook`)."""
+    written = [c for c in cells if c.written]
+    graded = [c for c in written if c.manual is not None]
+    row.manual_score = sum(c.manual for c in graded) if graded else ""  # type: ignore[misc]
+    for c in cells:  # a teacher's override of an autograded cell: nbgrader's score is the manual one
+        if not c.written and c.manual is not None and c.auto is not None and c.manual != c.auto:
+            delta = c.manual - c.auto
+            if c.grade_id.startswith("perf_") and row.performance == "graded":
+                row.performance_score = float(row.performance_score or 0) + delta
+            elif not c.grade_id.startswith("perf_"):
+                row.correctness_score += delta
+    perf = float(row.performance_score or 0) if row.performance == "graded" else 0.0
+    row.total_score = row.correctness_score + perf + float(row.manual_score or 0)
+    row.summary = summarize(row)
+    if graded and len(graded) < len(written):
+        pending = sum(c.max for c in written if c.manual is None)
+        row.summary += f" graded so far ({_pts(pending)} points pending)"
+
+
+@functools.lru_cache(maxsize=8)
+def _grader(config: Path) -> str:
+    return grader_digest(config)
+
+
 def _settings_key(*, perf: str, use_sandbox: bool, timeout: float, cell_timeout: int | None,
-                  feedback: bool) -> dict[str, Any]:
+                  feedback: bool, root: Path | None = None) -> dict[str, Any]:
+    """What a stored row's key holds besides the submission and its lab: these settings and the grader's
+    digest (:func:`mlsys.course.rowstore.grader_digest` of the course's nbgrader_config.py)."""
     # normalised, so that `--timeout 300` (CLI, a float) and timeout=300 (Python, an int) are one key
     return {"perf": perf, "sandbox": bool(use_sandbox), "timeout": float(timeout),
-            "cell_timeout": None if cell_timeout is None else int(cell_timeout), "feedback": bool(feedback)}
+            "cell_timeout": None if cell_timeout is None else int(cell_timeout), "feedback": bool(feedback),
+            "grader": _grader((root or labs_root()) / "nbgrader_config.py")}
 
 
 def grade(root: Path | None = None, *, submitted: Path | None = None, out_csv: Path | None = None,
@@ -1016,11 +1180,17 @@ def grade(root: Path | None = None, *, submitted: Path | None = None, out_csv: P
         perf = "cuda" if "gpu" in (slurm_options.gres or "") else "off"
     perf = _perf_mode(perf)
     settings = _settings_key(perf=perf, use_sandbox=use_sandbox, timeout=timeout, cell_timeout=cell_timeout,
-                             feedback=feedback)
+                             feedback=feedback, root=root)
+    if labs:
+        known_labs(root, labs)
+    if submitted is not None and not Path(submitted).is_dir():
+        raise ValueError(f"--submitted {submitted}: no such folder (expected <student>/<lab>/<lab>.ipynb in it)")
     p = plan(root, submitted=submitted, labs=labs, settings=settings, regrade=regrade)
     if verbose:
         print(f"{len(p.todo)} submission(s) to grade, {len(p.done)} unchanged since they were graded (kept), "
               f"{len(p.problems)} that cannot be graded", flush=True)
+        for why, n in sorted(p.again.items()):
+            print(f"  {n} graded again: {why}", flush=True)
     extra = [f"--Execute.timeout={int(cell_timeout)}"] if cell_timeout else []
     unstored: dict[tuple[str, str], Row] = {}
     missing: dict[tuple[str, str], str] = {}
@@ -1030,7 +1200,8 @@ def grade(root: Path | None = None, *, submitted: Path | None = None, out_csv: P
     try:
         if p.todo and slurm_options is not None:
             missing = run_slurm(p, slurm_options, needed=needed, use_sandbox=use_sandbox, perf=perf, limits=limits,
-                                timeout=timeout, extra=extra, feedback=feedback, batch=batch, verbose=verbose)
+                                timeout=timeout, extra=extra, feedback=feedback, batch=batch, verbose=verbose,
+                                regrade=regrade)
         elif p.todo:
             with tempfile.TemporaryDirectory(prefix="mlsys-grade-") as tmp:
                 gpu = _has_cuda()
@@ -1069,13 +1240,14 @@ def _run_dir(root: Path) -> Path:
 
 def run_slurm(plan_: Plan, options: slurm.SlurmOptions, *, needed: list[str], use_sandbox: bool, perf: str,
               limits: sandbox.Limits | None, timeout: float, extra: list[str], feedback: bool, batch: int = 1,
-              verbose: bool = True, poll: float = 2.0) -> dict[tuple[str, str], str]:
+              verbose: bool = True, poll: float = 2.0, regrade: bool = False) -> dict[tuple[str, str], str]:
     """Grade ``plan_.todo`` as a Slurm job array; wait for it; return why each missing row is missing.
 
     The generated assignments and the sandbox's site are prepared once in the course folder
     (``.grading/runs/<time>/``, which every node must see at the same path, as it must the Python
     environment); each array task runs ``teach grade-task`` over ``batch`` submissions on its node and
-    stores each row as it finishes. Ctrl-C cancels the array; stored rows are kept.
+    stores each row as it finishes. Ctrl-C cancels the array; stored rows are kept. ``regrade``: each task grades
+    its submissions again even where a row with the same key is stored (one stored before this run began).
     """
     why = slurm.available()
     if why:
@@ -1085,10 +1257,12 @@ def run_slurm(plan_: Plan, options: slurm.SlurmOptions, *, needed: list[str], us
     shutil.rmtree(prep.run.scratch, ignore_errors=True)  # each task has its own, on its node
     batches = [plan_.todo[i:i + max(1, batch)] for i in range(0, len(plan_.todo), max(1, batch))]
     manifest = run_dir / "manifest.json"
-    manifest.write_text(json.dumps({
+    m = {
         "root": str(plan_.root), "base": str(prep.base), "site": str(prep.run.site), "mode": prep.run.mode,
         "perf": perf, "limits": asdict(prep.run.limits), "timeout": timeout, "extra": extra, "feedback": feedback,
-        "tasks": [[s.to_json() for s in b] for b in batches]}, indent=1), encoding="utf-8")
+        "regrade": bool(regrade), "grader": plan_.settings.get("grader", ""), "written_at": time.time(),
+        "tasks": [[s.to_json() for s in b] for b in batches]}
+    manifest.write_text(json.dumps(m, indent=1), encoding="utf-8")
     script = run_dir / "grade.sbatch"
     script.write_text(slurm.batch_script(
         [sys.executable, "-m", "mlsys.course.teach", "grade-task", str(manifest)],
@@ -1105,7 +1279,7 @@ def run_slurm(plan_: Plan, options: slurm.SlurmOptions, *, needed: list[str], us
         while True:
             active = slurm.active_tasks(job)
             for s in plan_.todo:
-                if (s.student, s.lab) not in seen and store.get(s.student, s.lab, s.key) is not None:
+                if (s.student, s.lab) not in seen and _stored_in_run(store, s, m):
                     seen.add((s.student, s.lab))
                     took = store.seconds(s.student, s.lab)
                     if took is not None:
@@ -1123,7 +1297,7 @@ def run_slurm(plan_: Plan, options: slurm.SlurmOptions, *, needed: list[str], us
                           "run the same command again to grade the rest") from None
     missing: dict[tuple[str, str], str] = {}
     for i, b in enumerate(batches):
-        lost = [s for s in b if store.get(s.student, s.lab, s.key) is None]
+        lost = [s for s in b if not _stored_in_run(store, s, m)]
         if not lost:
             continue
         state = slurm.task_state(job, i)
@@ -1162,19 +1336,30 @@ def grade_task(manifest: Path, index: int) -> int:
         work = Path(tmp) / "jobs"
         work.mkdir()
         for sub in subs:
-            if store.get(sub.student, sub.lab, sub.key) is not None:
+            if _stored_in_run(store, sub, m):
                 print(f"{sub.student}/{sub.lab}: already graded, kept", flush=True)
                 continue
             t0 = time.monotonic()
             row, keep = _grade_guarded(sub, prep, work, root, timeout=m["timeout"], extra=m["extra"],
                                        feedback=m["feedback"], verbose=True)
             if keep:
-                store.put(sub.student, sub.lab, sub.key, _stored(row), seconds=time.monotonic() - t0)
+                store.put(sub.student, sub.lab, sub.key, _stored(row), seconds=time.monotonic() - t0,
+                          grader=m.get("grader", ""))
                 print(f"{sub.student}/{sub.lab}: {row.status}, {row.summary}", flush=True)
             else:
                 ok = False
                 print(f"{sub.student}/{sub.lab}: {row.reason}", flush=True)
     return 0 if ok else 1
+
+
+def _stored_in_run(store: RowStore, sub: Submission, manifest: dict[str, Any]) -> bool:
+    """Whether ``sub`` needs no grading in this array task: a row with its key was stored after the run's manifest
+    was written (by an earlier attempt of this same run). A row stored before the run does not count: every
+    submission of the manifest is one the plan decided to grade (new, changed, ``--regrade``, or its outputs lost)."""
+    rec = store.stored(sub.student, sub.lab)
+    if rec is None or rec.get("key") != sub.key:
+        return False
+    return float(rec.get("stored_at") or 0) >= float(manifest.get("written_at") or 0)
 
 
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
@@ -1208,7 +1393,11 @@ def write_csv(rows: list[Row], path: Path, *, keep_other_labs: bool = False) -> 
     graded_labs = {r.lab for r in rows}
     if keep_other_labs and path.is_file():
         with open(path, newline="", encoding="utf-8") as fh:
-            kept = [r for r in csv.DictReader(fh) if r.get("lab") not in graded_labs]
+            reader = csv.DictReader(fh)
+            ours = {"student", "lab", "status"} <= set(reader.fieldnames or [])
+            # another tool's CSV at this path (nbgrader export's, before labs/nbgrader_config.py sent it to
+            # nbgrader_grades.csv) holds no row of ours: it is replaced, never read as blank rows
+            kept = [r for r in reader if r.get("lab") not in graded_labs and r.get("student")] if ours else []
     lines = [_csv_value(d) for d in kept] + [_csv_value(asdict(r)) for r in rows]
     lines.sort(key=lambda d: (str(d.get("student")).lstrip("'"), str(d.get("lab"))))
     tmp = path.with_name(path.name + ".tmp")
@@ -1288,17 +1477,12 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("manifest", type=Path)
     t.add_argument("index", type=int)
     a = p.parse_args(argv)
-    if a.cmd == "release":
-        for path in release(a.labs or None):
-            print(f"wrote {path}")
-        return 0
-    if a.cmd == "check-release":
-        problems = check_release(a.labs or None)
-        for line in problems:
-            print(line, file=sys.stderr)
-        if problems:
-            print("run `make release` and commit labs/release/", file=sys.stderr)
-        return 1 if problems else 0
+    if a.cmd in ("release", "check-release"):
+        try:
+            return _release_command(a.cmd, a.labs or None)
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
     if a.cmd == "grade-task":
         signal.signal(signal.SIGTERM, _interrupt)  # Slurm's time limit: end the running grading cleanly
         try:
@@ -1336,6 +1520,25 @@ def main(argv: list[str] | None = None) -> int:
     print(f"graded {len(rows)} submission(s), {failed} with problems"
           f"{f', {pending} not graded yet (run again to retry)' if pending else ''}; report: {out_csv}")
     return 1 if pending else 0
+
+
+def _release_command(cmd: str, labs: list[str] | None) -> int:
+    """``release`` (write and list the files) or ``check-release`` (say what was checked, or each difference)."""
+    if cmd == "release":
+        for path in release(labs):
+            print(f"wrote {path}")
+        return 0
+    root = labs_root()
+    checked = known_labs(root, labs)
+    problems = check_release(checked, root)
+    for line in problems:
+        print(line, file=sys.stderr)
+    if problems:
+        print("run `make release` and commit labs/release/", file=sys.stderr)
+        return 1
+    print(f"check-release: {len(checked)} lab(s) checked ({', '.join(checked)}): every file of "
+          f"{root / 'release'} is what `make release` generates from {root / 'source'} now")
+    return 0
 
 
 def _interrupt(signum: int, frame: Any) -> None:
