@@ -65,6 +65,10 @@ def _inline_images(tag, page: Path) -> None:
         src = img.get("src", "")
         if src.startswith("data:"):
             continue
+        if not src:  # an animation player's frame, filled in by its script: the deck keeps the still figure
+            player = img.find_parent("div", class_="animation")
+            (player or img).decompose()
+            continue
         path = (page.parent / src.split("#")[0]).resolve()
         if not path.is_file():
             raise FileNotFoundError(f"{page.name}: image {src} not found at {path}")
