@@ -85,3 +85,15 @@ def test_every_chapter_of_the_built_book_has_its_deck():
                 words = box.get_text(" ", strip=True).split()[1:8]
                 assert " ".join(words)[:30] in deck_text, ch
         assert deck_html.count("<figure") >= len(page.find_all("figure")), ch
+
+
+def test_an_animation_player_is_left_out_of_the_deck():
+    """A player's frame has no image source until its script runs; the deck keeps the still figure only."""
+    from bs4 import BeautifulSoup
+
+    from mlsys.book import slides
+
+    html = ('<section><div class="animation"><img id="_anim_img1"/></div>'
+            '<figure id="diagram-x"><img src="still.png"/></figure></section>')
+    found = slides._figures(BeautifulSoup(html, "html.parser").section)
+    assert [f.get("id") for f in found] == ["diagram-x"]

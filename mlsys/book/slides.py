@@ -86,6 +86,8 @@ def _figures(section) -> list:
     that are not inside one."""
     found = []
     for tag in section.find_all(["figure", "img"]):
+        if tag.name == "img" and not tag.get("src") or tag.find_parent("div", class_="animation"):
+            continue  # an animation player (its frame is drawn by its script): the deck keeps the still figure
         if tag.name == "figure" or (tag.find_parent("div", class_="cell_output") and tag.find_parent("figure") is None):
             found.append(tag)
     return found
