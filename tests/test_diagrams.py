@@ -227,8 +227,8 @@ def test_ring_hand_steps_p3():
 
 
 def test_profiler_timeline_marks_idle():
-    ev = [d.Event("CPU", "launch", 0, 5), d.Event("GPU", "k1", 3, 10), d.Event("GPU", "k2", 20, 30),
-          d.Event("GPU", "k3", 25, 32), d.Event("GPU", "k4", 40, 41)]
+    ev = [d.TraceEvent("CPU", "launch", 0, 5), d.TraceEvent("GPU", "k1", 3, 10), d.TraceEvent("GPU", "k2", 20, 30),
+          d.TraceEvent("GPU", "k3", 25, 32), d.TraceEvent("GPU", "k4", 40, 41)]
     assert d.idle_gaps(ev) == [(10, 20), (32, 40)]
     fig = d.profiler_timeline(ev)
     assert len(patches(fig, "idle")) == 2
@@ -312,7 +312,7 @@ def test_models_level_imports_only():
     lambda: d.memory_hierarchy("MI300X"), d.coalescing, d.streams_overlap, d.roofline_regions,
     lambda: d.roofline_regions("A100"), d.roofline_ceilings, d.tile_strips, d.grouped_order, d.pipeline_stages,
     d.online_softmax, d.flash_sweep, d.ring_allreduce, d.systolic,
-    lambda: d.profiler_timeline([d.Event("GPU", "k", 0, 1), d.Event("GPU", "k", 3, 4)]),
+    lambda: d.profiler_timeline([d.TraceEvent("GPU", "k", 0, 1), d.TraceEvent("GPU", "k", 3, 4)]),
 ], ids=lambda b: getattr(b, "__name__", "call"))
 def test_no_labels_collide(build):
     from mlsys import viz
