@@ -72,6 +72,19 @@ def test_course_map_names_six_layers_with_the_chip_figures(name):
     assert f"{SMS[name]} SMs" in t and f"L2 {L2[name]}" in t
 
 
+def test_course_map_labels_chapters_as_the_book_numbers_them():
+    """The book's numbers since the front door moved "Measuring a GPU" into Part I, counted by hand down
+    _toc.yml: 01-05 are 1-5, 20 (measuring) 6, 06 roofline 7, 07 8, 08 9, 09 10, 10 fusion 11, 10a 12,
+    11 many GPUs 13."""
+    t = texts(d.course_map("H100"))
+    for label in ("ch. 2-3", "ch. 2, 9", "ch. 4, 9-11", "ch. 4, 8", "ch. 5, 7", "ch. 13"):
+        assert label in t, f"{label!r} not on the course map: {t}"
+    # a renumbering moves the labels with it; a chapter the book does not number is refused
+    assert d.course.chapter_label(("04", "08"), {"chapters/04_x": 4, "chapters/08_y": 5}) == "ch. 4-5"
+    with pytest.raises(ValueError, match="expected one numbered"):
+        d.course.chapter_label(("99",), {"chapters/04_x": 4})
+
+
 @pytest.mark.parametrize(("name", "threads", "warps"), [("H100", 128, 4), ("A100", 256, 8)])
 def test_thread_hierarchy_counts(name, threads, warps):
     fig = d.thread_hierarchy(name, blocks=6, threads_per_block=threads)
@@ -227,8 +240,8 @@ def test_ring_hand_steps_p3():
 
 
 def test_profiler_timeline_marks_idle():
-    ev = [d.Event("CPU", "launch", 0, 5), d.Event("GPU", "k1", 3, 10), d.Event("GPU", "k2", 20, 30),
-          d.Event("GPU", "k3", 25, 32), d.Event("GPU", "k4", 40, 41)]
+    ev = [d.TraceEvent("CPU", "launch", 0, 5), d.TraceEvent("GPU", "k1", 3, 10), d.TraceEvent("GPU", "k2", 20, 30),
+          d.TraceEvent("GPU", "k3", 25, 32), d.TraceEvent("GPU", "k4", 40, 41)]
     assert d.idle_gaps(ev) == [(10, 20), (32, 40)]
     fig = d.profiler_timeline(ev)
     assert len(patches(fig, "idle")) == 2
@@ -312,7 +325,7 @@ def test_models_level_imports_only():
     lambda: d.memory_hierarchy("MI300X"), d.coalescing, d.streams_overlap, d.roofline_regions,
     lambda: d.roofline_regions("A100"), d.roofline_ceilings, d.tile_strips, d.grouped_order, d.pipeline_stages,
     d.online_softmax, d.flash_sweep, d.ring_allreduce, d.systolic,
-    lambda: d.profiler_timeline([d.Event("GPU", "k", 0, 1), d.Event("GPU", "k", 3, 4)]),
+    lambda: d.profiler_timeline([d.TraceEvent("GPU", "k", 0, 1), d.TraceEvent("GPU", "k", 3, 4)]),
 ], ids=lambda b: getattr(b, "__name__", "call"))
 def test_no_labels_collide(build):
     from mlsys import viz

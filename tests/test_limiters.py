@@ -87,25 +87,51 @@ def test_ncu_command_profiles_only_the_bracketed_call(monkeypatch):
 
 # --- the page check -----------------------------------------------------------------------------------
 
-_PHRASE = re.compile(r"\b(?:issue|latency|L2|FP32|DRAM|HBM|bandwidth|memory|compute)[- ]bound\b"
-                     r"|\blimited by (?:the )?(?:memory|HBM|DRAM|L2|issue|instruction|FP32|tensor|latency)", re.I)
+_PHRASE = re.compile(r"\b(issue|latency|L2|FP32|DRAM|HBM|bandwidth|memory|compute|tensor)[- ]bound\b"
+                     r"|\blimited by (?:the )?(memory|HBM|DRAM|L2|issue|instruction|FP32|tensor|latency)", re.I)
 _LABEL = re.compile(r"roofline|ridge|label", re.I)  # "left of the ridge" is a roofline label, not a limiter
+# the words a page uses -> the limiter names of mlsys.bench.limiters ("compute" may be any pipe or issue)
+_NAMES = {"issue": {"issue"}, "instruction": {"issue"}, "latency": {"latency"}, "l2": {"l2"}, "fp32": {"fp32"},
+          "dram": {"dram"}, "hbm": {"dram"}, "bandwidth": {"dram"}, "memory": {"dram"}, "tensor": {"tensor"},
+          "compute": {"tensor", "fp32", "issue"}}
 
 
 def limiter_claims(md: str) -> list[str]:
-    """Sentences that say what limits a measured kernel: a limiter phrase beside a glued figure, and not a
-    statement about the roofline label."""
+    """Sentences that say what limits a measured kernel: a limiter phrase in a paragraph or bullet that
+    shows a glued figure, and not a statement about the roofline label."""
     md = re.sub(r"^---\n.*?\n---\n", "", md, flags=re.S)
     md = re.sub(r"```.*?```", "", md, flags=re.S)
-    return [" ".join(s.split()) for s in re.split(r"(?<=[.!?])\s+", md)
-            if "{glue:text}" in s and _PHRASE.search(s) and not _LABEL.search(s)]
+    blocks = re.split(r"\n\s*\n|\n(?=- )", md)
+    return [" ".join(s.split()) for b in blocks if "{glue:text}" in b
+            for s in re.split(r"(?<=[.!?])\s+|(?<=\.\*\*)\s+", b) if _PHRASE.search(s) and not _LABEL.search(s)]
+
+
+def named_limiters(claim: str) -> set[frozenset[str]]:
+    """The limiter names a claim uses, each as the set of record names that would make it true."""
+    # "is not limited by the memory" rules a limiter out (from a measured scaling, say); it names none
+    return {frozenset(_NAMES[(m.group(1) or m.group(2)).lower()]) for m in _PHRASE.finditer(claim)
+            if not re.search(r"\bnot\s+(?:\w+\s+)?$", claim[:m.start()])}
 
 
 def test_the_page_check_catches_an_unprofiled_limiter():
     assert limiter_claims("The GEMV runs at {glue:text}`bw`: it is latency-bound.")
     assert limiter_claims("The fused kernel is limited by HBM bandwidth at {glue:text}`x`.")
+    assert limiter_claims("- **Softmax is issue-bound.** It keeps {glue:text}`x` of its slots busy.")
     assert not limiter_claims("It sits left of the ridge at {glue:text}`i` FLOP/byte: memory-bound on the roofline.")
     assert not limiter_claims("A kernel with few threads is latency-bound.")  # a definition, no measured figure
+    assert named_limiters("It is issue-bound, then limited by HBM.") == {frozenset({"issue"}), frozenset({"dram"})}
+    assert named_limiters("It is issue-bound, not limited by HBM.") == {frozenset({"issue"})}
+
+
+def checked_limiters(md: str) -> set[str]:
+    """The limiter names a page's cells check against a record: ``named_limiter_holds(..., "name")``."""
+    return set(re.findall(r"named_limiter_holds\([^()]*(?:\([^()]*\)[^()]*)*,\s*\"(\w+)\"\)", md))
+
+
+def test_the_page_check_wants_the_named_limiter_checked():
+    page = 'x = named_limiter_holds(lim["softmax"]["limiters"], "issue")'
+    assert checked_limiters(page) == {"issue"}
+    assert not checked_limiters("named_limiter_holds")
 
 
 PART2 = sorted([*ROOT.glob("chapters/0[6-9]_*.md"), *ROOT.glob("chapters/10*_*.md")])
@@ -113,8 +139,18 @@ PART2 = sorted([*ROOT.glob("chapters/0[6-9]_*.md"), *ROOT.glob("chapters/10*_*.m
 
 @pytest.mark.parametrize("path", PART2, ids=[p.stem for p in PART2])
 def test_part2_names_a_limiter_only_with_a_recorded_profile(path):
+    """Each limiter a page names beside a measured figure is one its cells check against a record (the
+    check fails the build when the record shows another)."""
     text = path.read_text(encoding="utf-8")
-    claims = limiter_claims(text)
-    assert not claims or "named_limiter_holds(" in text, (
-        f"{path.name} names what limits a measured kernel without checking it against a recorded profile "
-        f"(mlsys.bench.limiters.named_limiter_holds on the layer_limiters record): {claims}")
+    checked = checked_limiters(text)
+    unchecked = [c for c in limiter_claims(text) if any(not (names & checked) for names in named_limiters(c))]
+    assert not unchecked, (
+        f"{path.name} names what limits a measured kernel without checking that limiter against a recorded "
+        f"profile (mlsys.bench.limiters.named_limiter_holds(case, name) on the layer_limiters record): {unchecked}")
+
+
+def test_the_roofline_chapter_checks_the_limiters_the_h200_record_shows():
+    """The limiter section of the roofline chapter checks each limiter it names, on the record it reads."""
+    text = (ROOT / "chapters" / "06_roofline.md").read_text(encoding="utf-8")
+    assert {"issue", "latency", "tensor"} <= checked_limiters(text)
+    assert 'second("layer_limiters")' in text

@@ -25,3 +25,10 @@ def test_case_time_and_rate_by_hand() -> None:
     assert find_case(_record(), "float32", 4096, allow_tf32=True)["allow_tf32"]
     with pytest.raises(KeyError, match="no case"):
         find_case(_record(), "float16", 8)
+
+
+def test_describe_rounds_like_the_pages_two_figures():
+    """bench keeps its own formatter (it imports no course code); two figures, worked by hand."""
+    from mlsys.bench.experiments.linear_kernels import _two_figures
+
+    assert [_two_figures(v) for v in (597.3, 12.34, 1.234, 0.1234, 1234.5)] == ["597", "12", "1.2", "0.12", "1,234"]

@@ -21,13 +21,13 @@ from .roofline import roofline_ceilings, roofline_regions
 from .style import MISSING, REFERENCE
 from .systolic import systolic
 from .tiles import distinct_strips, grouped_order, pipeline_schedule, pipeline_stages, tile_order, tile_strips
-from .timeline import Event, idle_gaps, profiler_timeline
+from .timeline import TraceEvent, idle_gaps, profiler_timeline
 from .touched import touched_grid, touched_map
 
 __all__ = ["MISSING", "REFERENCE", "course_map", "gpu_and_sm", "sm_grid_shape", "thread_hierarchy",
            "memory_hierarchy", "level_capacities", "coalescing", "streams_overlap", "stream_times",
            "roofline_regions", "roofline_ceilings", "tile_strips", "grouped_order", "tile_order",
            "distinct_strips", "pipeline_stages", "pipeline_schedule", "online_softmax", "running_max_sum",
-           "flash_sweep", "sweep_blocks", "ring_allreduce", "ring_schedule", "profiler_timeline", "Event",
+           "flash_sweep", "sweep_blocks", "ring_allreduce", "ring_schedule", "profiler_timeline", "TraceEvent",
            "idle_gaps", "systolic", "touched_grid", "touched_map", "ring_animation", "flash_animation", "to_html",
            "Player"]

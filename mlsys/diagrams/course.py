@@ -8,15 +8,39 @@ from ..hardware import Accelerator
 from .primitives import arrow, box
 from .style import SMALL, accelerator, canvas, rate_text, size_text
 
-#: the layers of the course, in the order a call travels through them, with where each is taught
-LAYERS: tuple[tuple[str, str, str], ...] = (
-    ("Python", "torch.matmul(a, b)", "ch. 2-3"),
-    ("dispatcher", "picks a kernel for\ndtype and device", "ch. 2, 8"),
-    ("kernel", "a grid of blocks\n(CUDA, Triton)", "ch. 4, 8-10"),
-    ("SM", "{sms}", "ch. 4, 7"),
-    ("memory", "{mem}", "ch. 5-6"),
-    ("network", "{net}", "ch. 11"),
+#: the layers of the course, in the order a call travels through them, with the chapter files that teach
+#: each (the part of ``chapters/NN_name.md`` before the first underscore); their numbers come from the book
+LAYERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("Python", "torch.matmul(a, b)", ("02", "03")),
+    ("dispatcher", "picks a kernel for\ndtype and device", ("02", "08")),
+    ("kernel", "a grid of blocks\n(CUDA, Triton)", ("04", "08", "09", "10")),
+    ("SM", "{sms}", ("04", "07")),
+    ("memory", "{mem}", ("05", "06")),
+    ("network", "{net}", ("11",)),
 )
+
+
+def chapter_label(files: tuple[str, ...], numbers: dict[str, int] | None = None) -> str:
+    """``("04", "08", "09", "10")`` -> ``"ch. 4, 9-11"``: the numbers the book shows for those chapter files
+    (``numbers``: ``chapters/NN_name -> number``, default :func:`mlsys.book.plan.chapter_numbers`, read from
+    ``_toc.yml``), runs of consecutive numbers joined by a dash. A file the book does not number is an error."""
+    if numbers is None:
+        from ..book.plan import chapter_numbers
+
+        numbers = chapter_numbers()
+    found = []
+    for short in files:
+        match = [n for f, n in numbers.items() if f.startswith("chapters/") and f[len("chapters/"):].split("_")[0] == short]
+        if len(match) != 1:
+            raise ValueError(f"chapter file {short!r}: expected one numbered chapters/{short}_*, found {len(match)}")
+        found.append(match[0])
+    runs: list[list[int]] = []
+    for n in sorted(set(found)):
+        if runs and n == runs[-1][-1] + 1:
+            runs[-1].append(n)
+        else:
+            runs.append([n])
+    return "ch. " + ", ".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else f"{r[0]}" for r in runs)
 
 
 def _details(a: Accelerator) -> dict[str, str]:
@@ -28,15 +52,21 @@ def _details(a: Accelerator) -> dict[str, str]:
     return {"sms": sms, "mem": mem, "net": net}
 
 
-def course_map(accel: Accelerator | str | None = None) -> Figure:
+def course_map(accel: Accelerator | str | None = None, numbers: dict[str, int] | None = None) -> Figure:
     """Six boxes in two rows of three, joined by arrows, one per layer a call goes through (:data:`LAYERS`),
-    each with what happens there (sizes of ``accel``, default the reference GPU) and the chapters that teach it."""
+    each with what happens there (sizes of ``accel``, default the reference GPU) and the chapters that teach it,
+    numbered as the book numbers them (``numbers``, see :func:`chapter_label`)."""
     a = accelerator(accel)
     d = _details(a)
+    if numbers is None:
+        from ..book.plan import chapter_numbers
+
+        numbers = chapter_numbers()
     fig, ax = canvas(7.0, 3.9, (0, 12), (0, 6.6), f"From Python to silicon on the {a.name}")
     w, h = 3.2, 2.0
     xs = (0.3, 4.4, 8.5)
-    for i, (name, what, where) in enumerate(LAYERS):
+    for i, (name, what, files) in enumerate(LAYERS):
+        where = chapter_label(files, numbers)
         row, col = divmod(i, 3)
         x = xs[col] if row == 0 else xs[2 - col]  # a snake: the second row runs right to left
         y = 3.9 if row == 0 else 0.5

@@ -11,7 +11,7 @@ from .primitives import bar
 from .style import SMALL, VERMILLION, canvas
 
 
-class Event(NamedTuple):
+class TraceEvent(NamedTuple):
     """One span of a trace: ``lane`` ("CPU" or "GPU"), ``name``, ``start`` and ``end`` (µs)."""
 
     lane: str
@@ -20,7 +20,7 @@ class Event(NamedTuple):
     end: float
 
 
-def idle_gaps(events: Sequence[Event], lane: str = "GPU", min_gap: float = 0.0) -> list[tuple[float, float]]:
+def idle_gaps(events: Sequence[TraceEvent], lane: str = "GPU", min_gap: float = 0.0) -> list[tuple[float, float]]:
     """Intervals between the first start and last end of ``lane``'s events that no event of it covers,
     longer than ``min_gap``."""
     spans = sorted((e.start, e.end) for e in events if e.lane == lane)
@@ -35,8 +35,8 @@ def idle_gaps(events: Sequence[Event], lane: str = "GPU", min_gap: float = 0.0) 
     return gaps
 
 
-def _check(events: Sequence[Event]) -> list[Event]:
-    evs = [Event(*e) for e in events]
+def _check(events: Sequence[TraceEvent]) -> list[TraceEvent]:
+    evs = [TraceEvent(*e) for e in events]
     if not evs:
         raise ValueError("profiler_timeline needs at least one event (lane, name, start, end)")
     for e in evs:
@@ -45,7 +45,7 @@ def _check(events: Sequence[Event]) -> list[Event]:
     return evs
 
 
-def profiler_timeline(events: Sequence[Event], title: str = "A profiler timeline", min_gap: float = 0.0) -> Figure:
+def profiler_timeline(events: Sequence[TraceEvent], title: str = "A profiler timeline", min_gap: float = 0.0) -> Figure:
     """Two lanes, CPU above GPU, one bar per event (labelled when wide enough); every GPU gap longer than
     ``min_gap`` between kernels is hatched and marked "idle", and the GPU's busy share is printed."""
     evs = _check(events)

@@ -6,6 +6,7 @@ five iterations after three warm-up steps; the bf16 4096 case's profiler table i
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 SHOWN_IN = ("chapters/02_journey_of_a_matmul", "chapters/08_writing_kernels")
@@ -110,9 +111,18 @@ def achieved_rate(case: dict[str, Any]) -> Any:
     return (flops / forward_time(case)).to("TFLOP/s")
 
 
-def describe(case: dict[str, Any], width: int = 52) -> str:
-    """One line for the page: the shape, the first kernel's name (cut to ``width``) and the rate."""
-    from ...course.claims import fmt
+def _two_figures(x: float) -> str:
+    """``x`` to two significant figures, never fewer than its integer digits: 597.3 -> "597",
+    1.234 -> "1.2", 1234.5 -> "1,234" (the page's rounding; bench keeps its own, it imports no course code)."""
+    if x == 0 or not math.isfinite(x):
+        return "0" if x == 0 else str(x)
+    decimals = max(1 - math.floor(math.log10(abs(x))), 0)
+    text = f"{x:,.{decimals}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
 
+
+def describe(case: dict[str, Any], width: int = 52) -> str:
+    """One line for the page: the shape, the first kernel's name (cut to ``width``) and the rate (TFLOP/s)."""
     shape = f"{case['batch']}x{case['in_features']} -> {case['out_features']}"
-    return f"{shape:18s} {case['forward_kernels'][0]['name'][:width]}  {fmt(achieved_rate(case), 'TFLOP/s', digits=2)}"
+    rate = _two_figures(float(achieved_rate(case).to("TFLOP/s").magnitude))
+    return f"{shape:18s} {case['forward_kernels'][0]['name'][:width]}  {rate} TFLOP/s"
