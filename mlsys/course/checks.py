@@ -534,6 +534,12 @@ def explain_exception(label: str, exc: BaseException) -> str:
             hint = (" Under the interpreter, tl.dot asserts when its operands or accumulator have unexpected "
                     "types: accumulate in fp32 (tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)) and pass "
                     "blocks of the input dtype.")
+        if "only 0-dimensional arrays can be converted" in text:
+            from .versions import problems
+
+            known = [p for p in problems() if "interpreter" in p]
+            if known:  # Triton's own interpreter with a newer NumPy, not the learner's kernel
+                return f"{label}: not your kernel: {known[0]} ({text[:200]})"
         return f"{label}: the Triton interpreter stopped your kernel ({text[:300]}).{hint}"
     return f"{label} raised {text[:500]}"
 

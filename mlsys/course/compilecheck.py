@@ -242,7 +242,12 @@ def _build(name: str, src: str, line: int, filename: str, ns: dict[str, Any], tr
 
 
 def _message(job: dict[str, Any], exc: BaseException) -> str:
-    """One sentence for a CompilationError: where (the learner's line) and why (the compiler's reason)."""
+    """One sentence for a CompilationError: where (the learner's line) and why (the compiler's reason).
+
+    An error inside a called ``@triton.jit`` function arrives wrapped in one at the call site: the innermost
+    says where and why."""
+    while type(exc.__cause__) is type(exc):
+        exc = exc.__cause__
     lineno = getattr(getattr(exc, "node", None), "lineno", None)  # 1 = the def line of the function that failed
     reason = str(getattr(exc, "error_message", "") or "").strip() or str(exc).strip().splitlines()[-1]
     wrapped = re.fullmatch(r"\w+\((['\"])(.*)\1\)", reason, re.S)  # AssertionError("...") -> ...

@@ -38,8 +38,10 @@ def _short(shell: Any, etype: type, value: BaseException, tb: Any, tb_offset: in
     """IPython's handler for a check's error: its message first, the traceback left out (2 lines)."""
     sys.last_type, sys.last_value, sys.last_traceback = etype, value, tb  # for full_traceback()
     red, reset = "\x1b[0;31m", "\x1b[0m"
-    return [f"{red}{etype.__name__}{reset}: {value}",
-            "(the check's traceback is hidden: mlsys.course.device.full_traceback() prints it)"]
+    stb = [f"{red}{etype.__name__}{reset}: {value}",
+           "(the check's traceback is hidden: mlsys.course.device.full_traceback() prints it)"]
+    shell._showtraceback(etype, value, stb)  # IPython's run_code shows nothing itself; in Jupyter: an error output
+    return stb
 
 
 def short_errors() -> bool:

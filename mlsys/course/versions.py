@@ -31,8 +31,15 @@ TESTED: tuple[dict[str, str], ...] = (
 )
 """The combinations ``make test-versions`` runs the release notebooks' visible checks under (torch as pinned)."""
 
-BROKEN: tuple[tuple[dict[str, tuple[str, str]], str], ...] = ()
-"""Combinations inside :data:`SUPPORTED` known to fail, with what to install instead."""
+BROKEN: tuple[tuple[dict[str, tuple[str, str]], str], ...] = (
+    ({"triton": ("3.6", "3.7"), "numpy": ("2.4", "3")},
+     'Triton 3.6\'s CPU interpreter fails every kernel that loops over a scalar argument with NumPy 2.4 '
+     '("only 0-dimensional arrays can be converted to Python scalars", its own code: int() of a 1-element array); '
+     'on a CPU, pip install "numpy<2.4" (or "triton>=3.7"), then restart the kernel'),
+)
+"""Combinations inside :data:`SUPPORTED` known to fail, with what to install instead (found 2026-12-02 with
+``make test-versions``: Triton 3.6.0's ``interpreter.py`` converts a scalar argument with ``int(array)``, which
+NumPy 2.4 refuses for a 1-element 1-D array; Triton 3.7 squeezes first)."""
 
 
 def _key(version: str) -> tuple[int, ...]:
