@@ -187,3 +187,24 @@ def test_the_interpreters_numpy_error_is_blamed_on_the_versions_not_the_kernel(m
     assert text.startswith("naive_matmul on a 2x3 by 3x2 example: not your kernel: Triton 3.6"), text
     monkeypatch.setattr(versions, "installed", lambda *a: {"torch": "2.13.0", "triton": "3.7.1", "numpy": "2.4.6"})
     assert "the Triton interpreter stopped your kernel" in checks.explain_exception("k", exc)
+
+
+@pytest.mark.slow  # a Jupyter kernel starts
+def test_in_jupyter_a_failing_check_is_an_error_output_of_two_lines(tmp_path):
+    """In a real kernel (as JupyterLab, nbgrader's Validate and the grader run cells) the shortened error is still an
+    error output: the cell fails and nbgrader scores it 0; only the traceback lines are fewer."""
+    import nbformat
+    from nbclient import NotebookClient
+    from nbgrader.utils import determine_grade
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("import mlsys\ndevice = mlsys.course.device.setup()"),
+                nbformat.v4.new_code_cell("from mlsys.course.grading import GradingError\n"
+                                          "raise GradingError('sum of 4: you found 4 FLOP')",
+                                          metadata={"nbgrader": {"grade": True, "solution": False, "points": 2,
+                                                                 "grade_id": "test_x", "schema_version": 3}})]
+    NotebookClient(nb, timeout=120, allow_errors=True, resources={"metadata": {"path": str(tmp_path)}}).execute()
+    (error,) = [o for o in nb.cells[1].outputs if o.output_type == "error"]
+    assert error.ename == "GradingError" and error.evalue == "sum of 4: you found 4 FLOP"
+    assert len(error.traceback) == 2 and "sum of 4: you found 4 FLOP" in error.traceback[0], error.traceback
+    assert determine_grade(nb.cells[1]) == (0, 2)
