@@ -208,3 +208,17 @@ def test_in_jupyter_a_failing_check_is_an_error_output_of_two_lines(tmp_path):
     assert error.ename == "GradingError" and error.evalue == "sum of 4: you found 4 FLOP"
     assert len(error.traceback) == 2 and "sum of 4: you found 4 FLOP" in error.traceback[0], error.traceback
     assert determine_grade(nb.cells[1]) == (0, 2)
+
+
+def test_no_compiler_process_is_started_inside_the_graders_sandbox(monkeypatch):
+    # the grader's census flags a grandchild of the learner's kernel; the learner's own machine is where this helps
+    import subprocess
+
+    def no_process(*a, **k):
+        raise AssertionError("a process was started")
+
+    monkeypatch.setattr(compilecheck, "in_grader_sandbox", lambda: True)
+    monkeypatch.setattr(subprocess, "run", no_process)
+    assert compilecheck.compile_errors([(object(), (), {})]) == []
+    monkeypatch.undo()
+    assert compilecheck.in_grader_sandbox() is False  # this checkout is not the sandbox's /sandbox/site
