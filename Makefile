@@ -9,7 +9,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 export PYTHONHASHSEED := 0
 
-.PHONY: book slides test test-fast site-test serve lint release grade measure clean venv
+.PHONY: book slides test test-fast site-test serve lint release grade measure clean venv test-versions
 
 venv: $(STAMP)
 
@@ -83,6 +83,11 @@ clean:
 # Teacher targets (labs/README section of README.md explains them).
 release: $(STAMP)
 	$(BIN)/python -m mlsys.course.teach release
+
+# The release notebooks' visible checks, with the instructor's answers, under each Triton/NumPy combination of
+# mlsys/course/versions.py TESTED (CPU; pip fetches the versions once; about 1-2 min per combination).
+test-versions: $(STAMP)
+	$(BIN)/python scripts/test_versions.py
 
 # Each submission runs in a bubblewrap sandbox (teach stops with install advice if bwrap is missing).
 # Extra options: make grade ARGS="lab1_roofline --timeout 1800" (or ARGS=--no-sandbox, loudly logged).

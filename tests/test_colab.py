@@ -64,7 +64,7 @@ def test_the_url_is_typed_in_one_place_only():
     for _lab, path in site.notebooks(REPO):
         for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
             text = _src(cell)
-            for block in (site.install_block(url, "main"),):
+            for block in (site.install_block(url, site.install_ref(REPO / "_config.yml")),):
                 text = text.replace(block, "")
             text = re.sub(r"\[\*\*Open in Colab\*\*\]\([^)]*\)", "", text)
             assert owner_repo not in text, f"{path}: the URL appears outside the generated badge and install block"
@@ -108,8 +108,11 @@ _RUN = textwrap.dedent('''
         exec(compile(src, f"<{gid}>", "exec"), ns)
     import mlsys
     from mlsys.course import page
+    from mlsys.course.trusted import find_spec  # the performance cells' specs, for a speed preview on a GPU
     json.dump({"mlsys": mlsys.__file__, "lab2": page.reference("lab2_matmul").device,
-               "lab3": page.reference("lab3_fusion").device}, open(sys.argv[2], "w"))
+               "lab3": page.reference("lab3_fusion").device,
+               "perf": {lab: str(find_spec(lab)) for lab in ("lab2_tiled_matmul", "lab3_fusion", "lab5_attention")}},
+              open(sys.argv[2], "w"))
 ''')
 
 
@@ -137,6 +140,7 @@ def test_setup_cell_and_first_exercise_in_a_fresh_colab_like_venv(tmp_path):
     (wheel,) = wheels.glob("gpus_for_ml_mlsys-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert any(re.match(r"mlsys/_measurements/.*lab2.*\.json$", n) for n in names), "recorded figures not packaged"
+    assert "mlsys/_labs/lab2_tiled_matmul/perf.toml" in names, "the performance specs are not packaged (issue 45)"
 
     venv = tmp_path / "colab"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
@@ -150,7 +154,8 @@ def test_setup_cell_and_first_exercise_in_a_fresh_colab_like_venv(tmp_path):
     (fake / "google" / "colab").mkdir(parents=True)
     (fake / "google" / "__init__.py").write_text("")
     (fake / "google" / "colab" / "__init__.py").write_text('"""Stands in for Colab\'s own module."""\n')
-    url, branch = site.repository(REPO / "_config.yml")
+    url, _ = site.repository(REPO / "_config.yml")
+    branch = site.install_ref(REPO / "_config.yml")  # the course release the install cell pins
     work = tmp_path / "work"  # outside the checkout: nothing of the repository is importable from here
     work.mkdir()
     for lab, gids in FIRST_EXERCISE.items():
@@ -167,6 +172,8 @@ def test_setup_cell_and_first_exercise_in_a_fresh_colab_like_venv(tmp_path):
         result = json.loads((work / f"{lab}.out").read_text())
         assert Path(result["mlsys"]).is_relative_to(venv), result
         assert result["lab2"] and result["lab3"], "the recorded GPU figures are not found in the installed package"
+        for spec in result["perf"].values():  # issue 45: a speed preview needs no checkout beside the notebook
+            assert Path(spec).is_relative_to(venv) and spec.endswith("perf.toml"), result["perf"]
     after = _pip_list(python, env)
     for name in ("torch", "triton", "numpy", "matplotlib"):
         assert after[name] == before[name], f"the setup cell reinstalled {name} ({before[name]} -> {after[name]})"

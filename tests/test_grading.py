@@ -254,7 +254,19 @@ def test_points_are_a_bare_number_for_nbgrader_and_a_sentence_in_the_notebook():
     assert p == 1.5 and repr(p) == "1.5" and float(p) == 1.5  # nbgrader parses text/plain: float(repr)
     assert p._repr_markdown_() == "**1.5 of 2 points**"
     none = award(2, None)
-    assert none == 0.0 and repr(none) == "0.0" and "not measured on this machine" in none._repr_markdown_()
+    # issue 45: not "0.0" (nbgrader's Validate read it as partial credit and called a correct notebook failed on a
+    # CPU); text that is no number, which nbgrader does not read as a score. The grader writes perf outputs itself.
+    assert none == 0.0 and repr(none).startswith("not graded here") and "not measured on this machine" in \
+        none._repr_markdown_()
+    import nbformat
+    from nbgrader.utils import determine_grade
+
+    cell = nbformat.v4.new_code_cell("grade_performance(...)", metadata={"nbgrader": {
+        "grade": True, "solution": False, "grade_id": "perf_x", "points": 2, "schema_version": 3}})
+    cell.outputs = [nbformat.v4.new_output("execute_result", {"text/plain": repr(none)})]
+    assert determine_grade(cell) == (2, 2)  # Validate: not a failure
+    cell.outputs = [nbformat.v4.new_output("execute_result", {"text/plain": "0.0"})]
+    assert determine_grade(cell) == (0.0, 2)  # what the grader writes on a CPU: 0 of 2 (reported "not graded")
     import json
 
     assert json.dumps({"score": Points(1.25, 4)}) == '{"score": 1.25}'

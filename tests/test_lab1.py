@@ -102,12 +102,16 @@ def test_calling_the_layer_models_instead_of_deriving_is_caught():
 
 
 def test_hidden_tests_catch_a_wrong_layernorm_traffic():
-    # forgetting weight and bias: only 2 * numel elements, visible checks still pass
+    # forgetting weight and bias: only 2 * numel elements; the visible part names the slip (issue 45), the hidden
+    # part grades other sizes
     body = "    return Q_(8 * rows * hidden, 'FLOP'), (2 * rows * hidden * itemsize(dtype)).to('byte')\n"
     ns = run("test_add_sum_counts", {"counts": counts_with(layernorm_counts=body)})
     assert ns["layernorm_counts"](1, 1, "fp32")[1].to("byte").m == 8
-    with pytest.raises(GradingError, match="bytes of LayerNorm"):
+    with pytest.raises(GradingError, match="forget the weight and bias"):
         run("test_norm_softmax_counts", {"counts": counts_with(layernorm_counts=body)})
+    hidden = _cells()["test_norm_softmax_counts"].split("### BEGIN HIDDEN TESTS")[1]
+    with pytest.raises(GradingError, match="bytes of LayerNorm"):
+        exec(compile(hidden, "<hidden part of test_norm_softmax_counts>", "exec"), ns)
 
 
 def test_reversed_classification_is_caught():
@@ -167,13 +171,93 @@ def _measure_with(body: str) -> str:
     return src[:begin] + body + src[end:]
 
 
-def test_a_typed_roof_passes_the_visible_test_and_fails_the_grader_measurement():
-    # the visible test range-checks units only; the hidden part measures the grading machine again
+def test_a_typed_roof_fails_the_visible_test_and_the_grader_measurement():
+    # issue 45: the visible test measures this machine again (a typed roof passed it before, and cost a point
+    # only in the grade); the hidden part measures the grading machine again
     ns = run("measure", {"measure": _measure_with(TYPED_ROOF)})
-    visible = _cells()["test_measured_roof"].split("### BEGIN HIDDEN TESTS")[0]
-    exec(compile(visible, "<visible>", "exec"), ns)
+    with pytest.raises(GradingError, match="measured again here, on this machine.*datasheet"):
+        exec(compile(_visible("test_measured_roof"), "<visible>", "exec"), ns)
+    hidden = _cells()["test_measured_roof"].split("### BEGIN HIDDEN TESTS")[1]
     with pytest.raises(GradingError, match="measured again here, on the grading machine"):
-        exec(compile(_cells()["test_measured_roof"], "<lab1 cell test_measured_roof>", "exec"), ns)
+        exec(compile(hidden, "<lab1 hidden part of test_measured_roof>", "exec"), ns)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The newcomer's Lab 1 notebook (review of 2026-12-01, ../shared/reviews/newcomer.md, table A-1): four slips that
+# passed every visible check and cost 5 of 11 points in the hidden tests. Each must now fail a visible check with
+# a message that names the slip (without the expected value), and the honest notebook must pass every visible check.
+
+def _visible(gid: str) -> str:
+    return _cells()[gid].split("### BEGIN HIDDEN TESTS")[0]
+
+
+SUM_N_FLOPS = "    return Q_(numel, 'FLOP'), ((numel + 1) * itemsize(dtype)).to('byte')\n"
+SUM_NO_OUTPUT = "    return Q_(numel - 1, 'FLOP'), (numel * itemsize(dtype)).to('byte')\n"
+NORM_NO_PARAMS = "    return Q_(8 * rows * hidden, 'FLOP'), (2 * rows * hidden * itemsize(dtype)).to('byte')\n"
+# the machine's own figures (its fastest calls, as the check measures them: a loaded test machine slows the
+# notebook's medians far more), with the bandwidth counted in bits
+BITS_ROOF = ('peak, bw = micro.quick_roof(device)\n'
+             'my_roof = Roof(Q_(peak, "FLOP/s"), Q_(8 * bw, "byte/s"), "bits read as bytes")\n')
+
+NEWCOMER_SLIPS = [  # (slip, replaced cells, the visible check that must fail, what its message must say)
+    ("sum FLOPs counted as N", {"counts": ("sum_counts", SUM_N_FLOPS)}, "test_add_sum_counts",
+     r"FLOPs of a sum of 4 numbers: you found 4 FLOP: one add per element is one too many.*N - 1.*hint 2"),
+    ("sum bytes without the output", {"counts": ("sum_counts", SUM_NO_OUTPUT)}, "test_add_sum_counts",
+     r"bytes of a sum of 4 fp32 numbers: you found 16 byte: that is the input alone: did you forget the output"),
+    ("LayerNorm bytes without weight and bias", {"counts": ("layernorm_counts", NORM_NO_PARAMS)},
+     "test_norm_softmax_counts", r"bytes of a 2x3 fp32 LayerNorm: you found 48 byte: .*forget the weight and bias"),
+    ("roof typed from a datasheet", {"measure": TYPED_ROOF}, "test_measured_roof",
+     r"on this machine .*peak .*a datasheet figure"),
+    ("bandwidth 8 times too high (bits)", {"measure": BITS_ROOF}, "test_measured_roof",
+     r"on this machine .*memory bandwidth \(copy\) is .*bits counted as bytes"),
+]
+
+
+def _newcomer_cells(edits: dict) -> dict[str, str]:
+    out = {}
+    for gid, edit in edits.items():
+        out[gid] = counts_with(**{edit[0]: edit[1]}) if gid == "counts" else _measure_with(edit)
+    return out
+
+
+def _run_visible(upto: str, replace: dict[str, str]) -> dict:
+    """Every code cell up to ``upto`` as a learner runs them: test cells without their hidden part."""
+    visible = {gid: src.split("### BEGIN HIDDEN TESTS")[0] for gid, src in _cells().items() if gid.startswith("test_")}
+    return run(upto, {**visible, **replace}, skip=("plot",))
+
+
+@pytest.mark.parametrize(("slip", "edits", "check", "message"), NEWCOMER_SLIPS, ids=[s[0] for s in NEWCOMER_SLIPS])
+def test_each_newcomer_slip_fails_a_visible_check_that_names_it(slip, edits, check, message):
+    cells = _cells()
+    order = list(cells)
+    before = order[order.index(check) - 1]
+    ns = _run_visible(before, _newcomer_cells(edits))
+    with pytest.raises(GradingError, match=message) as err:
+        exec(compile(_visible(check), f"<visible part of {check}>", "exec"), ns)
+    # without giving the answer: the message never states the right count
+    right = {"test_add_sum_counts": ("3 FLOP", "20 byte"), "test_norm_softmax_counts": ("72 byte",)}.get(check, ())
+    assert not any(r in str(err.value) for r in right), str(err.value)
+
+
+@pytest.mark.slow  # the whole notebook, twice: the roofs and the five operations are measured
+def test_the_newcomer_notebook_fails_three_visible_checks_and_the_honest_one_none():
+    """The four slips together (as in the review's notebook worth 6 of 11) fail the three graded cells whose hidden
+    tests take the 5 points; the instructor's answers pass every visible check, measurements included."""
+    ns = _run_visible("test_points", {})
+    assert {p.label for p in ns["points"]} == {"add", "sum", "layernorm", "softmax", "matmul"}
+    edits = {"counts": counts_with(sum_counts=SUM_N_FLOPS, layernorm_counts=NORM_NO_PARAMS),
+             "measure": _measure_with(TYPED_ROOF)}
+    failed = {}
+    ns = {"__name__": "__main__"}
+    for gid, src in _cells().items():
+        if gid == "plot":
+            continue
+        src = edits.get(gid, src.split("### BEGIN HIDDEN TESTS")[0] if gid.startswith("test_") else src)
+        try:
+            exec(compile(src, f"<lab1 cell {gid}>", "exec"), ns)
+        except GradingError as exc:
+            failed[gid] = str(exc)
+    assert set(failed) == {"test_add_sum_counts", "test_norm_softmax_counts", "test_measured_roof"}, failed
 
 
 def _learners_cpu_roof() -> tuple[float, float]:

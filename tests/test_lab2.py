@@ -73,6 +73,8 @@ def test_nbgrader_metadata_is_schema_3_with_unique_grade_ids():
     manual = {}
     for cell in _cells():
         meta = cell.get("metadata", {}).get("nbgrader")
+        if meta is None and cell.get("id", "").startswith("predict-") and cell["cell_type"] == "markdown":
+            continue  # issue 45: the learner's own prediction, written before a measurement (editable, ungraded)
         assert meta is not None, f"cell without nbgrader metadata: {_source(cell)[:60]!r}"
         assert meta["schema_version"] == 3
         ids.append(meta["grade_id"])

@@ -73,6 +73,12 @@ MISTAKES = [
             ("acc = tl.zeros((BLOCK_K,), dtype=tl.float32)", "acc += a.to(tl.float32) * b.to(tl.float32)"),
             ("acc = tl.zeros((BLOCK_K,), dtype=a_ptr.dtype.element_ty)", "acc += a * b"),  # "accumulate in the input dtype"
             frozenset({"test_naive"}), r"fp16 accumulation"),
+    # issue 45: the interpreter runs it (and the sums are right: every product is added in fp32), the GPU compiler
+    # refuses it; the visible check compiles the kernel for sm_90 on the CPU and reports the compiler's reason
+    Mistake("lab2_tiled_matmul", "fp16-initialised accumulator (does not compile)", "naive_kernel",
+            "acc = tl.zeros((BLOCK_K,), dtype=tl.float32)", "acc = tl.zeros((BLOCK_K,), dtype=tl.float16)",
+            frozenset({"test_naive"}), r"GPU compiler .*rejects your kernel at line \d+ .*Loop-carried variable acc "
+                                       r"has initial type .*fp16.* but is re-assigned to .*fp32"),
     Mistake("lab2_tiled_matmul", "fp16 accumulation in the tiled matmul", "tiled_kernel",
             "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)", "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float16)",
             frozenset({"test_tiled"}), r"(fp16 accumulation|accumulate in fp32)"),

@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..runtime.device import has_cuda
-from . import watchdog
+from . import compilecheck, watchdog
 from .grading import GradingError, assert_close, run_isolated
 from .proxy import HARNESS, RemoteFunction, zero_padded
 
@@ -538,6 +538,12 @@ def explain_exception(label: str, exc: BaseException) -> str:
             hint = (" Under the interpreter, tl.dot asserts when its operands or accumulator have unexpected "
                     "types: accumulate in fp32 (tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)) and pass "
                     "blocks of the input dtype.")
+        if "only 0-dimensional arrays can be converted" in text:
+            from .versions import problems
+
+            known = [p for p in problems() if "interpreter" in p]
+            if known:  # Triton's own interpreter with a newer NumPy, not the learner's kernel
+                return f"{label}: not your kernel: {known[0]} ({text[:200]})"
         return f"{label}: the Triton interpreter stopped your kernel ({text[:300]}).{hint}"
     return f"{label} raised {text[:500]}"
 
@@ -558,13 +564,15 @@ def _guarded_call(fn: Callable[..., Any], inputs: Sequence[Any], names: Sequence
     capture = _CaptureOutputs(output_names)
     error = None
     result = None
+    launches: list = []
     try:
-        with tracker, capture:
+        with tracker, capture, _launch_record() as launches:
             result = fn(*args, **kwargs)
         if has_cuda():
             torch.cuda.synchronize()
     except Exception as exc:  # the learner's code: report, never propagate raw
         error = explain_exception(label, exc)
+    compile_errors = compilecheck.compile_errors(launches) if error is None and launches else []
     all_guards = real + capture.captured
     rep = _inspect(label, all_guards, tracker, result)
     if (tracker.active and error is None and isinstance(result, torch.Tensor) and result.numel() > 1
@@ -573,7 +581,16 @@ def _guarded_call(fn: Callable[..., Any], inputs: Sequence[Any], names: Sequence
         rep.unstored["the result"] = (result.numel(), result.numel())  # made outside every buffer a kernel could write
     if isinstance(result, torch.Tensor):
         result = result.detach().clone()
-    return {"result": result, "report": rep, "error": error, "tracked": tracker.active}
+    return {"result": result, "report": rep, "error": error, "tracked": tracker.active,
+            "compile_errors": compile_errors, "compiled": dict(compilecheck._DONE)}
+
+
+def _launch_record() -> Any:
+    """Record the kernels a call launches under the interpreter (to compile them for the GPU, see
+    :mod:`.compilecheck`); nothing on a GPU, where the real compiler already ran."""
+    from ..runtime.device import triton_interpreted
+
+    return compilecheck.record_launches() if triton_interpreted() else contextlib.nullcontext([])
 
 
 def _quiet_call(*args: Any) -> dict[str, Any]:
@@ -690,6 +707,7 @@ def run_guarded(fn: Callable[..., Any], inputs: Sequence[Any], *, names: Sequenc
         out = run_isolated(_packed_call, fn, inputs, names, output_names, row_gap, kwargs, label, timeout=timeout,
                            cpu_limit=cpu_limit, heartbeat=HEARTBEAT, what=label)
         out["result"] = _unpack(out["result"])
+        compilecheck._DONE.update(out.get("compiled", {}))  # compiled in the child: not again in the next check
         _show_warnings(out)
         return out
     except GradingError as exc:
@@ -733,6 +751,8 @@ def check_kernel(fn: Callable[..., Any], inputs: Sequence[Any], expected: Any, *
 
         show_report(rep)  # beside the message: a map of what the kernel wrote outside, or never wrote
         raise GradingError("\n".join(problems))
+    if out.get("compile_errors"):  # runs here under the interpreter, but the GPU compiler rejects it
+        raise GradingError(out["compile_errors"][0])
     result = out["result"]
     if result is None:
         raise GradingError(f"{label}: expected a tensor, found None (did the function forget to return?)")
@@ -844,7 +864,19 @@ def assert_plausible_rate(label: str, claimed: Any, flops: Any, seconds_now: flo
             f"{ratio:.3g} times that{hint}; divide the FLOPs by the median time in seconds (t.median)")
 
 
-def check_roof_measured_here(roof: Any, *, faster: float = 3.0, slower: float = 20.0, tries: int = 3) -> None:
+def _roof_slip(ratio: float, i: int) -> str:
+    """The slip a roof ``ratio`` times this machine's points to (``i``: 0 peak, 1 bandwidth), or ""."""
+    if i == 1 and 3 <= ratio <= 30:  # 8 on an idle machine; a busy one moves either measurement
+        return " (bits counted as bytes? that is 8 times too much)"
+    if 300 <= ratio <= 3000 or 1 / 3000 <= ratio <= 1 / 300:
+        return " (about 1000 times off: ms against s, or GB against MB?)"
+    if ratio > 30:
+        return " (far beyond this machine: a datasheet figure, or another machine's?)"
+    return ""
+
+
+def check_roof_measured_here(roof: Any, *, faster: float = 3.0, slower: float = 20.0, tries: int = 3,
+                             where: str = "on the grading machine") -> None:
     """Fail unless ``roof`` (a :class:`mlsys.roofline.Roof`) is this machine's, measured.
 
     The grader measures the same two figures again, here, with :func:`mlsys.bench.micro.quick_roof` (copy
@@ -854,7 +886,9 @@ def check_roof_measured_here(roof: Any, *, faster: float = 3.0, slower: float = 
     is refused too. A busy machine slows a measurement and never speeds it up (the learner's ran at another
     moment than the grader's, maybe while other submissions were graded beside it), so the grader compares
     with its fastest calls and, while the roof looks too fast, measures again (up to ``tries`` times in all),
-    keeping the fastest figure; the error names every figure that is still off.
+    keeping the fastest figure; the error names every figure that is still off, and the slip its ratio points
+    to (8 for bandwidth: bits for bytes; 1000: ms for s; far beyond: a datasheet). ``where`` names the machine in
+    the message: the grading machine for the hidden test, "on this machine" for the notebook's visible check.
     """
     from ..bench.micro import quick_roof, roof_dtype
     from ..runtime.device import default_device
@@ -877,9 +911,10 @@ def check_roof_measured_here(roof: Any, *, faster: float = 3.0, slower: float = 
     bad = sorted(too_fast(here) + [i for i in range(2) if claimed[i] < here[i] / slower])
     if bad:
         parts = [f"your roof's {names[i]} is {claimed[i] / units[i][1]:.4g} {units[i][0]}, this machine's "
-                 f"{here[i] / units[i][1]:.4g} {units[i][0]} ({claimed[i] / here[i]:.3g} times that)" for i in bad]
+                 f"{here[i] / units[i][1]:.4g} {units[i][0]} ({claimed[i] / here[i]:.3g} times that)"
+                 f"{_roof_slip(claimed[i] / here[i], i)}" for i in bad]
         raise GradingError(
-            f"measured again here, on the grading machine ({device}): " + "; ".join(parts) +
+            f"measured again here, {where} ({device}): " + "; ".join(parts) +
             f" (accepted: up to {faster:g} times faster or {slower:g} times slower than this machine): build my_roof "
             "from what mlsys.bench.micro measures in this notebook, not from typed numbers, a datasheet or "
             "another machine")
@@ -1769,6 +1804,7 @@ def worker_run_guarded(fn: Callable[..., Any], inputs: Sequence[Any], **opts: An
 
     out = dict(run_guarded(fn, inputs, **opts))
     out["report"] = dataclasses.asdict(out["report"])
+    out.pop("compiled", None)  # this process's compile cache: nothing the grader reads
     return out
 
 
@@ -1782,7 +1818,8 @@ def _guarded_reply(out: Any, label: str) -> dict[str, Any]:
         report = GuardReport(**{k: v for k, v in rep.items() if k in fields})
         report.problems()  # every field readable as the report's own code reads it
         return {"result": out.get("result"), "report": report, "error": out.get("error"),
-                "tracked": out.get("tracked") is True, "warnings": [str(w) for w in out.get("warnings", [])][:3]}
+                "tracked": out.get("tracked") is True, "warnings": [str(w) for w in out.get("warnings", [])][:3],
+                "compile_errors": [str(e)[:2000] for e in out.get("compile_errors") or []][:1]}
     except Exception as exc:  # noqa: BLE001 - a reply that is not what worker_run_guarded sends
         raise GradingError(f"{label}: the notebook's kernel sent back a malformed check report "
                            f"({type(exc).__name__})") from None

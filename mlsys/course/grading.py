@@ -629,11 +629,23 @@ class Points(float):
     @classmethod
     def not_measured(cls, out_of: float | None = None) -> Points:
         """Zero points for a performance cell on a machine where it cannot be timed (no GPU)."""
-        return cls(0.0, out_of, "not measured on this machine: the grader times it on a GPU")
+        return NotMeasured(0.0, out_of, "not measured on this machine: the grader times it on a GPU")
 
     def _repr_markdown_(self) -> str:
         total = f" of {self.out_of:g}" if self.out_of is not None else ""
         return f"**{float(self):g}{total} points**" + (f" ({self.note})" if self.note else "")
+
+
+class NotMeasured(Points):
+    """A performance cell's value where it cannot be timed: shown as "not graded here", not as 0.0.
+
+    nbgrader's Validate reads a test cell's ``text/plain`` as partial credit, so a bare ``0.0`` made a
+    correct notebook "fail" on a CPU (issue 45); text that is no number is not read as a score. The grade
+    never comes from here: the teacher's grader writes each performance cell's output itself.
+    """
+
+    def __repr__(self) -> str:
+        return "not graded here (no GPU): the teacher's grader times this cell on a GPU"
 
 
 def award(points: float, credit: float | None) -> Points:

@@ -10,7 +10,8 @@ From it this module generates, in every lab notebook:
   same page on the published site (``https://<owner>.github.io/<repo>/``) for Colab and Jupyter;
 * the **install block** of the setup cell (the first code cell), between the lines
   :data:`BEGIN` and :data:`END`: in Colab it runs
-  ``pip install "gpus-for-ml-mlsys @ git+<url>@<branch>"``, which brings the course package and the
+  ``pip install "gpus-for-ml-mlsys @ git+<url>@<release>"`` (``repository.release``, the course release's
+  tag; the branch where none is set), which brings the course package and the
   runtime needs Colab lacks (pint and its small dependencies; numpy, matplotlib, torch and triton are
   already there and are left alone, since pip keeps a dependency that is already satisfied).
 
@@ -44,6 +45,7 @@ __all__ = [
     "lab_chapters",
     "chapter_line",
     "install_block",
+    "install_ref",
     "apply",
     "notebooks",
     "sync",
@@ -83,6 +85,17 @@ def repository(config: Path | None = None) -> tuple[str, str]:
         raise ValueError(f"{path}: expected repository.url of the form https://github.com/<owner>/<repo>, got {url!r}")
     branch = str(repo.get("branch") or "main").strip()
     return url.rstrip("/").removesuffix(".git"), branch
+
+
+def install_ref(config: Path | None = None) -> str:
+    """What the labs' install cells pip-install: ``repository.release`` (the course release, a tag) if set, else
+    the branch. A tag keeps a notebook saved to Drive installing the package it was written for."""
+    import yaml
+
+    path = config or repo_root() / "_config.yml"
+    data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+    release = str((data.get("repository") or {}).get("release") or "").strip()
+    return release or repository(path)[1]
 
 
 def colab_url(lab: str, url: str, branch: str) -> str:
@@ -138,15 +151,19 @@ def chapter_line(lab: str, url: str, chapters: dict[str, tuple[int, str, str]]) 
             f"([on the course site]({site_url(url)}{path}.html)).")
 
 
-def install_block(url: str, branch: str) -> str:
-    """The setup cell's install lines: in Colab only, pip-install the course package from the repository."""
+def install_block(url: str, ref: str) -> str:
+    """The setup cell's install lines: in Colab only, pip-install the course package from the repository at
+    ``ref`` (the course release), with the supported versions of what Colab brings stated (setup() checks them)."""
+    from .versions import supported_line
+
     return "\n".join([
         BEGIN,
         'if "google.colab" in sys.modules:  # Colab has torch, triton, numpy and matplotlib; this adds the rest',
+        f"    # the course release {ref}; {supported_line()} (setup() below checks them)",
         "    import subprocess",
         "",
         '    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet",',
-        f'                    "{PACKAGE} @ git+{url}@{branch}"], check=True)',
+        f'                    "{PACKAGE} @ git+{url}@{ref}"], check=True)',
         END,
     ])
 
@@ -155,7 +172,7 @@ _src = cell_source
 
 
 def apply(nb: dict[str, Any], lab: str, url: str | None = None, branch: str | None = None,
-          chapters: dict[str, tuple[int, str, str]] | None = None) -> dict[str, Any]:
+          chapters: dict[str, tuple[int, str, str]] | None = None, ref: str | None = None) -> dict[str, Any]:
     """Write the configured badge, chapter line and install block into notebook ``nb`` (in place); return it.
 
     Raises ``ValueError`` if the first markdown cell has no Colab badge or the first code cell has
@@ -163,6 +180,8 @@ def apply(nb: dict[str, Any], lab: str, url: str | None = None, branch: str | No
     """
     if url is None or branch is None:
         url, branch = repository()
+        ref = ref or install_ref()
+    ref = ref or branch  # what the install cell pins (the badge opens the branch)
     cells = nb.get("cells", [])
     md = next((c for c in cells if c.get("cell_type") == "markdown"), None)
     code = next((c for c in cells if c.get("cell_type") == "code"), None)
@@ -180,7 +199,7 @@ def apply(nb: dict[str, Any], lab: str, url: str | None = None, branch: str | No
     _set(md, text)
     src = _src(code)
     start, stop = src.index(BEGIN), src.index(END) + len(END)
-    _set(code, src[:start] + install_block(url, branch) + src[stop:])
+    _set(code, src[:start] + install_block(url, ref) + src[stop:])
     return nb
 
 
@@ -211,11 +230,12 @@ def sync(root: Path | None = None, kinds: tuple[str, ...] = ("source", "release"
     same substitution; syncing them here keeps a committed release in step without nbgrader.
     """
     url, branch = repository((root or repo_root()) / "_config.yml")
+    ref = install_ref((root or repo_root()) / "_config.yml")
     chapters = lab_chapters(root)
     changed = []
     for lab, path in notebooks(root, kinds):
         text = path.read_text(encoding="utf-8")
-        new = _dump(apply(json.loads(text), lab, url, branch, chapters))
+        new = _dump(apply(json.loads(text), lab, url, branch, chapters, ref))
         if new != text:
             path.write_text(new, encoding="utf-8")
             changed.append(path)
@@ -225,13 +245,14 @@ def sync(root: Path | None = None, kinds: tuple[str, ...] = ("source", "release"
 def check(root: Path | None = None) -> list[str]:
     """Problems: notebooks whose badge or install block differ from ``_config.yml`` (empty when in sync)."""
     url, branch = repository((root or repo_root()) / "_config.yml")
+    ref = install_ref((root or repo_root()) / "_config.yml")
     chapters = lab_chapters(root)
     problems = []
     for lab, path in notebooks(root):
         nb = json.loads(path.read_text(encoding="utf-8"))
         before = json.dumps(nb, sort_keys=True)
         try:
-            after = json.dumps(apply(nb, lab, url, branch, chapters), sort_keys=True)
+            after = json.dumps(apply(nb, lab, url, branch, chapters, ref), sort_keys=True)
         except ValueError as exc:
             problems.append(f"{path}: {exc}")
             continue

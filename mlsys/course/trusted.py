@@ -207,11 +207,16 @@ def load_spec(path: Path | str) -> dict[str, PerfCase]:
 
 
 def find_spec(lab: str) -> Path | None:
-    """``perf.toml`` for ``lab``: the working folder first (a released lab), then the course's labs folder."""
+    """``perf.toml`` for ``lab``: the working folder first (a released lab), then the course's labs folder, then
+    the copy the installed package carries (``mlsys/_labs/<lab>/perf.toml``: Colab, a notebook alone)."""
+    from importlib.util import find_spec as find_module
+
     from ..runtime.paths import labs_root
 
+    packaged = find_module("mlsys._labs")
+    shipped = [Path(d) / lab / "perf.toml" for d in (packaged.submodule_search_locations or [])] if packaged else []
     for p in (Path.cwd() / "perf.toml", labs_root() / "source" / lab / "perf.toml",
-              labs_root() / "release" / lab / "perf.toml"):
+              labs_root() / "release" / lab / "perf.toml", *shipped):
         if p.is_file():
             return p
     return None
