@@ -439,16 +439,17 @@ def test_link_floor_uses_the_datasheet_link_per_direction():
 def test_outputs_cross_through_a_sealed_shared_region():
     """A round's outputs are copied once into a memfd the verdict made (sealed: the worker can neither
     shrink nor grow it), read back as the verdict's own copy, and a descriptor pointing outside is refused."""
+    import mmap
     import os
 
     import torch
 
     from mlsys.course import perfwire
-    from mlsys.course.trusted import _shared_region
+    from mlsys.course.learnerbox import SHARED_BYTES, shared_region
 
-    region = _shared_region()
-    assert region is not None, "memfd_create with seals is available on Linux"
-    fd, mm = region
+    fd = shared_region()
+    assert fd is not None, "memfd_create with seals is available on Linux"
+    mm = mmap.mmap(fd, SHARED_BYTES)
     with pytest.raises(OSError):
         os.ftruncate(fd, 4096)  # F_SEAL_SHRINK
     outs = [torch.arange(10, dtype=torch.float16).reshape(2, 5), torch.tensor([1.5, -2.0], dtype=torch.float64)]
@@ -628,3 +629,82 @@ def test_the_replay_switch_takes_only_its_three_values(monkeypatch):
     monkeypatch.setenv(trusted.REPLAY_ENV, "yes")
     with pytest.raises(ValueError, match="gpu, always or off"):
         trusted._replay_here(cuda=True, world=1)
+
+
+class _StoppedWorker:
+    """A clean worker as the verdict sees it, whose process was runnable for ``share`` of each round."""
+
+    def __init__(self, share: float) -> None:
+        self.share, self.clock, self.pending, self.rounds = share, 0.0, [], 0
+
+    def send(self, msg: dict) -> None:
+        import time
+
+        time.sleep(0.02)
+        self.rounds += 1
+        n = len(msg["seeds"])
+        self.pending.append(({"done": True, "fingerprints": [[0.0, 0.0]] * n, "error": "", "ops": []}, []))
+
+    def recv(self, deadline: float) -> tuple:
+        return self.pending.pop(0)
+
+    def runnable(self) -> list[float]:
+        import time
+
+        now = time.perf_counter()
+        if not hasattr(self, "t0"):
+            self.t0 = now
+        return [(now - self.t0) * self.share]
+
+
+@pytest.mark.parametrize("share, refused", [(0.05, True), (0.3, True), (1.0, False)])
+def test_a_clean_round_its_worker_did_not_run_is_measured_again_then_refused(share, refused):
+    """Round 4: a setsid helper stopped the baseline worker 8 ms in every 10. A clean worker's round counts only
+    if its process was runnable (running or waiting for a core) for RAN_SHARE of the round's wall time: below,
+    the round is measured again, and after three such rounds the case is refused."""
+    import math
+
+    case = trusted.PerfCase.from_dict("perf_double", CASE)
+    v = trusted._Verdict(fake=True, deadline=math.inf)
+    prep = trusted._Prepared(case, [[257]], [[257]], None, {"copy": True}, {"empty": [257], "dtype": "float32"})
+    worker = _StoppedWorker(share)
+    if refused:
+        with pytest.raises(trusted._Refused, match="did not run"):
+            trusted._clean_window(v, worker, prep, 3, False, False)
+        assert worker.rounds == 3 and all(s < trusted.RAN_SHARE for s in prep.ran)
+    else:
+        trusted._clean_window(v, worker, prep, 3, False, False)
+        assert worker.rounds == 1 and prep.ran[0] > 0.9
+
+
+def test_runnable_time_counts_waiting_for_a_core_so_a_busy_machine_passes():
+    """schedstat's two first fields (ns running, ns waiting on a run queue), summed over threads: a process spinning
+    for 0.2 s is runnable for about 0.2 s however many others share its core."""
+    import os
+    import time
+
+    a = trusted._runnable_s(os.getpid())
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < 0.2:
+        pass
+    b = trusted._runnable_s(os.getpid())
+    assert a is not None and b is not None
+    assert 0.18 <= b - a <= 0.3, b - a
+
+
+@pytest.mark.slow  # a verdict process and two workers: ~5 s of CPU
+def test_the_baselines_first_rounds_are_measured_before_any_answer_cell_runs(tmp_path):
+    """The trust model: the learner's worker gets its cells only after every case's baseline is prepared; an
+    answer cell that notes when it ran (CLOCK_MONOTONIC, one clock for every process) runs after the verdict's
+    baseline_prepare phase ended."""
+    import time
+
+    stamp = tmp_path / "ran_at"
+    cell = f"import time\nopen({str(stamp)!r}, 'w').write(repr(time.monotonic()))\ndef double(x):\n    return x + x\n"
+    t0 = time.monotonic()
+    out = trusted.run_job({"cases": {"perf_double": CASE}, "cells": [cell], "fake": True})
+    phases = out["phases_s"]  # in the order they ended, each from the end of the one before
+    order = [k for k in phases if not k.endswith("_own_s")]
+    prepared_at = t0 + sum(phases[k] for k in order[:order.index("baseline_prepare") + 1])
+    assert out["verdicts"]["perf_double"]["credit"] == 1.0
+    assert float(stamp.read_text()) > prepared_at, (stamp.read_text(), prepared_at, phases)

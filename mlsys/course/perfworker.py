@@ -388,9 +388,12 @@ def main(role: str) -> int:
             import mmap
 
             fd, size = (int(x) for x in arg.removeprefix("--shm=").split(":"))
-            shm = mmap.mmap(fd, size)
+            try:
+                shm = mmap.mmap(fd, size)
+            except OSError:  # no room under the sandbox's address-space cap (CPU runs): outputs cross the pipe
+                shm = None
     if role in ("baseline", "replay"):
-        _non_dumpable()  # the learner worker (same uid) cannot reach into the baseline's process
+        _non_dumpable()  # where the learner worker shares its uid (no sandbox), it cannot reach into the baseline
     if "--fake" in sys.argv:
         os.environ["TRITON_INTERPRET"] = "1"
     from ..runtime.device import setup
@@ -483,5 +486,25 @@ def main(role: str) -> int:
             perfwire.send(wfd, {"error": f"unknown op {op!r}"})
 
 
+def ranks(spec: str, fake: bool) -> int:
+    """Start one learner worker per ``IN:OUT:REGION`` descriptor triple of ``spec`` (comma-separated), each
+    with IN as its standard input and OUT as its standard output, and wait for them: how the learner's
+    sandbox (:mod:`mlsys.course.learnerbox`) starts its workers on the pipes the grader made for it."""
+    import subprocess
+
+    procs = []
+    for part in spec.split(","):
+        fd_in, fd_out, shm = (int(x) for x in part.split(":"))
+        argv = [sys.executable, "-P", "-m", "mlsys.course.perfworker", "learner"] + (["--fake"] if fake else [])
+        if shm >= 0:
+            argv.append(f"--shm={shm}:{os.fstat(shm).st_size}")
+        procs.append(subprocess.Popen(argv, stdin=fd_in, stdout=fd_out, pass_fds=(shm,) if shm >= 0 else ()))
+        for fd in (fd_in, fd_out, *((shm,) if shm >= 0 else ())):
+            os.close(fd)
+    return max((p.wait() for p in procs), default=0)
+
+
 if __name__ == "__main__":
+    if len(sys.argv) > 2 and sys.argv[1] == "ranks":
+        sys.exit(ranks(sys.argv[2], "--fake" in sys.argv))
     sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else "learner"))

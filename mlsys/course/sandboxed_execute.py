@@ -60,12 +60,15 @@ def _kill(proc: subprocess.Popen) -> None:
 
 
 def run_in_sandbox(module: str, job: dict[str, Any], scratch: Path, settings: dict[str, Any], *,
-                   deadline: float, log: Path, on_result: Any = None) -> tuple[list[dict[str, Any]], str]:
+                   deadline: float, log: Path, on_result: Any = None, uid: int = sandbox.SANDBOX_UID,
+                   pass_fds: tuple[int, ...] = ()) -> tuple[list[dict[str, Any]], str]:
     """Run ``python -P -m module`` on ``job`` in a sandbox over ``scratch``; collect its result lines.
 
     Returns (results, how it ended: "done" | "timeout" | "exited"). ``on_result`` is called with each
     result as it arrives. Lines count only with this run's random nonce, read from the process's
-    private output (see :mod:`mlsys.course.cellrunner`).
+    private output (see :mod:`mlsys.course.cellrunner`). ``uid`` runs it as the learner
+    (:data:`~mlsys.course.sandbox.SANDBOX_UID`) or as the grader's clean side
+    (:data:`~mlsys.course.sandbox.CLEAN_UID`); ``pass_fds`` are inherited.
     """
     nonce = secrets.token_hex(16)
     argv = [sys.executable, "-P", "-m", module]
@@ -74,25 +77,25 @@ def run_in_sandbox(module: str, job: dict[str, Any], scratch: Path, settings: di
     if settings.get("mode") == "bwrap":
         limits = sandbox.Limits(**settings.get("limits", {}))
         cgroup = sandbox.Cgroup.create(limits)  # tasks and memory capped for the whole sandbox (None: a note says why)
-        sandbox.own_scratch(scratch)  # a root grader's student process is an unprivileged user: its folder is its own
-        argv = sandbox.command(argv, scratch, Path(settings["site"]), limits=limits, cgroup=cgroup,
+        sandbox.own_scratch(scratch, uid)  # a root grader's sandboxed process is an unprivileged user: its folder is its own
+        argv = sandbox.command(argv, scratch, Path(settings["site"]), limits=limits, cgroup=cgroup, uid=uid,
                                gpu=bool(settings.get("gpu")) or settings.get("perf") == "cuda")
     else:
         env = {k: v for k, v in os.environ.items() if not k.startswith("MLSYS_SANDBOX")}
         env.update(PYTHONPATH=settings["site"], HOME=str(scratch), MPLBACKEND="Agg", PYTHONHASHSEED="0")
     try:
-        return _collect(argv, env, job, nonce, scratch, module, deadline, log, on_result)
+        return _collect(argv, env, job, nonce, scratch, module, deadline, log, on_result, pass_fds)
     finally:
         if cgroup is not None:
             cgroup.close()  # whatever is left in it is killed, and it is removed
 
 
 def _collect(argv: list[str], env: dict[str, str] | None, job: dict[str, Any], nonce: str, scratch: Path, module: str,
-             deadline: float, log: Path, on_result: Any) -> tuple[list[dict[str, Any]], str]:
+             deadline: float, log: Path, on_result: Any, pass_fds: tuple[int, ...] = ()) -> tuple[list[dict[str, Any]], str]:
     """Start the sandboxed process, send its job, collect its nonce-marked result lines until done."""
     with open(log, "ab") as err:
         proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, cwd=scratch,
-                                env=env, start_new_session=True)
+                                env=env, start_new_session=True, pass_fds=pass_fds)
     lines: queue.Queue = queue.Queue()
 
     def reader() -> None:
@@ -135,6 +138,31 @@ def _collect(argv: list[str], env: dict[str, str] | None, job: dict[str, Any], n
             break
     _kill(proc)  # whatever the sandbox still runs (detached processes included) ends here
     return results, ended
+
+
+def run_verdict(job: dict[str, Any], work: Path, root: Path, settings: dict[str, Any],
+                deadline: float) -> tuple[list[dict[str, Any]], str]:
+    """The verdict process (:mod:`mlsys.course.trusted`) on ``job``, over the submission's files ``work``.
+
+    In a sandbox (``mode`` "bwrap"), the verdict and its clean workers run as the grader's clean user over an
+    empty folder of their own, and the learner's workers in sandboxes of their own over ``work``, started
+    for the verdict by a :class:`~mlsys.course.learnerbox.LearnerHost` here: the two sides share no uid,
+    no writable folder, no compiler cache and no PID namespace. Without a sandbox, as before: one folder,
+    the learner's workers started by the verdict."""
+    if settings.get("mode") != "bwrap":
+        return run_in_sandbox("mlsys.course.trusted", job, work, settings, deadline=deadline, log=root / "trusted.log")
+    from .learnerbox import LearnerHost
+
+    clean = root / "verdict"
+    clean.mkdir(parents=True, exist_ok=True)
+    host = LearnerHost(settings, work, root / "learner.log")
+    host.start()
+    try:
+        return run_in_sandbox("mlsys.course.trusted", dict(job, learner_host_fd=host.verdict_fd()), clean, settings,
+                              deadline=deadline, log=root / "trusted.log", uid=sandbox.CLEAN_UID,
+                              pass_fds=(host.verdict_fd(),))
+    finally:
+        host.close()
 
 
 def _nbg(cell: Any) -> dict[str, Any]:
@@ -254,8 +282,7 @@ class SandboxedExecute(Execute):
             work = root / "perf"  # an untouched copy: nothing the first run wrote can shadow an import
             _copy_submission(src_dir, work)
             job = {"cases": cases, "cells": answer_cells(nb), "fake": mode == "fake", "cell_timeout": self.timeout}
-            results, ended = run_in_sandbox("mlsys.course.trusted", job, work, settings, deadline=deadline,
-                                            log=root / "trusted.log")
+            results, ended = run_verdict(job, work, root, settings, deadline)
             result = results[0] if results else {"fatal": "time limit reached" if ended == "timeout" else
                                                  "the trusted process ended without a verdict"}
             if result.get("fatal"):

@@ -35,8 +35,13 @@ process (the *verdict process*) never executes an answer cell (``docs/GRADING_PE
 the trust model):
 
 1. it starts two workers (:mod:`mlsys.course.perfworker`): a *baseline* worker that never sees an
-   answer cell, and a *learner* worker that runs the answer cells while the baseline worker starts up;
-   the baseline is measured only with the learner's processes stopped;
+   answer cell, and a *learner* worker that runs the answer cells. The baseline's first rounds are
+   measured before any answer cell runs (the learner's worker gets its cells only then), and every later
+   baseline round with the learner's processes paused; a baseline round whose worker was not runnable
+   for :data:`RAN_SHARE` of it is measured again. Under ``make grade`` the learner's workers run in a
+   sandbox of their own as another user (:mod:`mlsys.course.learnerbox`), paused by their cgroup's
+   freezer: they share no uid, ``/tmp``, compiler cache or PID namespace with this process and its
+   clean workers, which they can neither signal nor feed a file;
 2. each checked call gets inputs drawn from seeds the verdict process chose (new storage, new
    values); the worker returns exact ``torch.Tensor`` results as raw bytes
    (:mod:`mlsys.course.perfwire`), which are compared with the verdict's own reference, every call;
@@ -78,6 +83,8 @@ import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+
+from . import learnerbox
 
 __all__ = ["PerfCase", "answer_cells", "load_spec", "find_spec", "grade_case", "grade_performance", "run_job", "main",
            "FORBID_MATMUL", "FORBID_MATMUL_PREFIXES", "ALLOWED_FOR_COMPUTE", "FAKE_SECONDS", "VENDOR_KERNEL_MARKS",
@@ -403,42 +410,80 @@ def spread(times: list[float]) -> float:
 ROUND_LIMIT_S = 300.0
 """Longest a worker may take to answer one round (its compilation and autotuning on first calls included)."""
 
-SHARED_BYTES = 8 << 30
+SHARED_BYTES = learnerbox.SHARED_BYTES
 """Size of the shared region a worker writes a round's outputs into (sparse: pages exist once written)."""
 
+RAN_SHARE = 0.5
+"""Least share of a clean worker's round (wall time, by the verdict's clock) that its threads must have been
+runnable (running, or waiting for a core: ``/proc/<pid>/task/*/schedstat``). A round below it was not run by
+the worker for most of its time (stopped, frozen): it is measured again. Waiting for a core counts, so a
+busy machine never fails this check; on a GPU (a blocking synchronize sleeps) it is recorded, not applied."""
 
-def _shared_region() -> tuple[int, Any] | None:
-    """(fd, mapping) of a sealed memfd of :data:`SHARED_BYTES` (Linux), or None (outputs then cross the pipe).
 
-    Sealed against shrinking and growing, so a worker cannot truncate it under this process's reads."""
-    try:
-        import fcntl
-        import mmap
+def _runnable_s(pid: int) -> float | None:
+    """Seconds the process ``pid``'s threads have been running or runnable since they started, or None."""
+    total, found = 0, False
+    for stat in Path(f"/proc/{pid}/task").glob("*/schedstat"):
+        try:
+            run, wait = stat.read_text().split()[:2]
+            total += int(run) + int(wait)
+            found = True
+        except (OSError, ValueError):
+            continue
+    return total / 1e9 if found else None
 
-        fd = os.memfd_create("mlsys-perf-outputs", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)  # only its worker inherits it
-        os.ftruncate(fd, SHARED_BYTES)
-        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
-        return fd, mmap.mmap(fd, SHARED_BYTES)
-    except (AttributeError, OSError, ValueError):
-        return None
+
+class _RemoteBox:
+    """A learner sandbox started by the grader's host (:mod:`mlsys.course.learnerbox`): paused by its cgroup."""
+
+    def __init__(self, client: Any, box: int) -> None:
+        self.client, self.box, self.stopped, self.dead = client, box, False, False
+
+    def pause(self, stop: bool) -> None:
+        if not self.dead and stop != self.stopped:
+            self.client.pause(self.box, stop)
+            self.stopped = stop
+
+    def kill(self) -> None:
+        if not self.dead:
+            self.dead = True
+            try:
+                self.client.kill(self.box)
+            except (OSError, ValueError, ConnectionError):
+                pass
 
 
 class _ProcWorker:
-    """A worker process (:mod:`mlsys.course.perfworker`) spoken to through :mod:`mlsys.course.perfwire`."""
+    """A worker process (:mod:`mlsys.course.perfworker`) spoken to through :mod:`mlsys.course.perfwire`:
+    started here (a clean worker, or a learner worker where there is no sandbox), or, given ``ends``, the
+    pipes of a learner worker the grader's host started in a sandbox of its own (``box``)."""
 
-    def __init__(self, role: str, fake: bool) -> None:
+    def __init__(self, role: str, fake: bool, ends: tuple[int, int, int] | None = None, box: _RemoteBox | None = None) -> None:
         import subprocess
 
-        self.role = role
-        argv = [sys.executable, "-P", "-m", "mlsys.course.perfworker", role] + (["--fake"] if fake else [])
-        self.shm, fds = _shared_region(), ()
-        if self.shm is not None:
-            argv.append(f"--shm={self.shm[0]}:{SHARED_BYTES}")
-            fds = (self.shm[0],)
-        self.proc = subprocess.Popen(argv,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                     start_new_session=True, pass_fds=fds)
-        self.w, self.r = self.proc.stdin.fileno(), self.proc.stdout.fileno()
+        self.role, self.box, self.proc, self.shm = role, box, None, None
+        if ends is not None:
+            self.w, self.r, region = ends
+            try:
+                import mmap
+
+                if os.fstat(region).st_size == SHARED_BYTES:
+                    self.shm = (region, mmap.mmap(region, SHARED_BYTES))
+            except (OSError, ValueError):
+                pass
+            if self.shm is None:
+                os.close(region)
+        else:
+            argv = [sys.executable, "-P", "-m", "mlsys.course.perfworker", role] + (["--fake"] if fake else [])
+            region = learnerbox.shared_region()
+            if region is not None:
+                import mmap
+
+                self.shm = (region, mmap.mmap(region, SHARED_BYTES))
+                argv.append(f"--shm={region}:{SHARED_BYTES}")
+            self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                         start_new_session=True, pass_fds=(region,) if region is not None else ())
+            self.w, self.r = self.proc.stdin.fileno(), self.proc.stdout.fileno()
         try:  # larger pipes: outputs of tens of MiB cross in fewer, larger writes (Linux only; else as is)
             import fcntl
 
@@ -457,11 +502,18 @@ class _ProcWorker:
 
         return perfwire.recv(self.r, deadline)
 
+    def runnable(self) -> list[float | None]:
+        """Seconds this worker has been runnable (a clean worker started here), for :data:`RAN_SHARE`."""
+        return [_runnable_s(self.proc.pid)] if self.proc is not None else []
+
     def pause(self, stop: bool) -> None:
-        """SIGSTOP / SIGCONT the worker's whole session (its threads and children), so the learner's
-        process sleeps while the baseline is timed."""
+        """Pause or resume the worker with everything it started, so the learner's processes sleep while
+        the baseline is timed: its sandbox's cgroup frozen (a learner box), else SIGSTOP / SIGCONT of its session."""
         import signal
 
+        if self.box is not None:
+            self.box.pause(stop)
+            return
         try:
             os.killpg(self.proc.pid, signal.SIGSTOP if stop else signal.SIGCONT)
         except OSError:
@@ -472,6 +524,9 @@ class _ProcWorker:
         verdict kills every worker first, then waits for them all in :meth:`close`)."""
         import signal
 
+        if self.box is not None:
+            self.box.kill()
+            return
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except OSError:
@@ -479,7 +534,14 @@ class _ProcWorker:
 
     def close(self) -> None:
         self.kill()
-        self.proc.wait()
+        if self.proc is not None:
+            self.proc.wait()
+        else:
+            for fd in (self.w, self.r):
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
         if self.shm is not None:
             try:
                 self.shm[1].close()
@@ -497,12 +559,12 @@ class _RankGroup:
     rank by rank (``rank_ops``), their kernel traces summed. Each rank is its own process, started with
     :class:`_ProcWorker`; only this, the verdict process, sees all of them."""
 
-    def __init__(self, role: str, fake: bool, world: int) -> None:
+    def __init__(self, role: str, fake: bool, world: int, ranks: list[_ProcWorker] | None = None) -> None:
         from ..runtime.launch import free_port
 
         self.world, self.calls = world, 0
         self.port = free_port()
-        self.ranks = [_ProcWorker(role, fake) for _ in range(world)]
+        self.ranks = ranks or [_ProcWorker(role, fake) for _ in range(world)]
 
     def send(self, msg: dict[str, Any]) -> None:
         if msg.get("op") == "setup":
@@ -561,6 +623,9 @@ class _RankGroup:
         for w in self.ranks:
             w.pause(stop)
 
+    def runnable(self) -> list[float | None]:
+        return [x for w in self.ranks for x in w.runnable()]
+
     def kill(self) -> None:
         for w in self.ranks:
             w.kill()
@@ -570,8 +635,15 @@ class _RankGroup:
             w.close()
 
 
-def _workers(role: str, fake: bool, world: int) -> Any:
-    """One worker of ``role``, or a group of ``world`` ranks of it."""
+def _workers(role: str, fake: bool, world: int, host: Any = None) -> Any:
+    """One worker of ``role``, or a group of ``world`` ranks of it. With ``host`` (a
+    :class:`mlsys.course.learnerbox.LearnerClient`), learner workers run in a sandbox of their own that the
+    grader's host starts, as another user; clean workers always start here."""
+    if host is not None and role == "learner":
+        box_id, ends = host.start(world, fake)
+        box = _RemoteBox(host, box_id)
+        ranks = [_ProcWorker(role, fake, e, box) for e in ends]
+        return ranks[0] if world == 1 else _RankGroup(role, fake, world, ranks)
     return _ProcWorker(role, fake) if world == 1 else _RankGroup(role, fake, world)
 
 
@@ -637,6 +709,7 @@ class _Window:
     harness_s: float | None = None
     wall_s: float = 0.0
     rank_ops: list[list[str]] = field(default_factory=list)
+    ran_share: float | None = None  # least share of the round a clean worker's process was runnable (RAN_SHARE)
 
 
 class _Verdict:
@@ -679,10 +752,12 @@ class _Verdict:
                "record_ops": record_ops, "send_outputs": send_outputs, "send_inputs": send_inputs,
                "harness_time": harness_time, "shm": getattr(worker, "shm", None) is not None,
                "same_storage": same_storage}
+        ran0 = worker.runnable() if hasattr(worker, "runnable") else []
         t0 = self.clock()
         worker.send(msg)
         head, _ = worker.recv(dl)
         t1 = self.clock()
+        ran1 = worker.runnable() if hasattr(worker, "runnable") else []
         if not head.get("done"):
             raise _Refused(f"the worker answered out of turn ({str(head)[:100]})")
         if head.get("error"):
@@ -722,6 +797,9 @@ class _Verdict:
         win = _Window(seconds, [(float(x[0]), float(x[1])) for x in fps], list(head.get("ops") or []), outputs,
                       kernels, trace_error, inputs)
         win.wall_s = t1 - t0
+        shares = [(b - a) / win.wall_s for a, b in zip(ran0, ran1, strict=False)
+                  if a is not None and b is not None and win.wall_s > 0]
+        win.ran_share = min(shares) if shares else None
         rank_ops = head.get("rank_ops")
         win.rank_ops = ([[str(o) for o in ops] for ops in rank_ops if isinstance(ops, list)]
                         if isinstance(rank_ops, list) else [win.ops])
@@ -854,6 +932,7 @@ class _Prepared:
     harness_us: float = 0.0  # the grader's own kernels in the clean overhead round (us, fewest seen)
     itemsize: int = 4
     trace_ok: bool = False
+    ran: list[float] = field(default_factory=list)  # per baseline round: share of it the clean worker was runnable
 
 
 def _prepare(v: _Verdict, base_worker: Any, case: PerfCase) -> _Prepared:
@@ -897,9 +976,23 @@ def _baseline_round(v: _Verdict, base_worker: Any, prep: _Prepared, trace: bool 
         us = sum(c[1] for c in over.kernels.values())  # all of it is the grader's own work
         prep.harness_us = us if prep.harness_us <= 0 else min(prep.harness_us, us)
     # traced as the learner's rounds are, so the trace's own cost falls on both sides of the share
-    base = v.window(base_worker, prep.base_fn, case, prep.shapes, v.seeds(n), trace=trace, record_ops=rec)
+    base = _clean_window(v, base_worker, prep, n, trace, rec)
     prep.base.append(base.seconds)
     prep.base_traced.append(None if base.kernels is None else traced_per_call(base.kernels, prep.harness, k))
+
+
+def _clean_window(v: _Verdict, base_worker: Any, prep: _Prepared, n: int, trace: bool, rec: bool, tries: int = 3) -> _Window:
+    """A baseline round the clean worker ran: one whose process was runnable for less than :data:`RAN_SHARE` of
+    the round (stopped or frozen from outside) is measured again, and after ``tries`` such rounds the case
+    is refused (the grader's own measurement cannot be trusted). On a GPU the share is recorded only."""
+    for _ in range(tries):
+        base = v.window(base_worker, prep.base_fn, prep.case, prep.shapes, v.seeds(n), trace=trace, record_ops=rec)
+        if base.ran_share is not None:
+            prep.ran.append(round(base.ran_share, 3))
+        if v.cuda or base.ran_share is None or base.ran_share >= RAN_SHARE:
+            return base
+    raise _Refused(f"the grader's baseline worker did not run during {tries} of its rounds (runnable for "
+                   f"{min(prep.ran[-tries:]):.0%} of a round at most): something stopped it, so no share can be measured")
 
 
 def _collective_refusal(case: PerfCase, w: _Window, where: str) -> None:
@@ -1081,6 +1174,7 @@ def grade_case(v: _Verdict, base_worker: Any, learner: Any, prep: _Prepared, tri
         over = 0.0 if v.fake else min(prep.over)
         base_s = (min(prep.base) - over) / k
         mine_s = (min(mine) - over) / k
+        ev["baseline_ran_share"] = prep.ran
         ev.update(rounds_wall_s=walls, case_wall_s=round(time.monotonic() - t_case, 3), learner_rounds_s=mine, baseline_rounds_s=prep.base, overhead_rounds_s=prep.over,
                   learner_spread=spread(mine), baseline_spread=spread(prep.base), remeasured=rounds > case.rounds,
                   kernels={n[:200]: c for n, c in sorted(kernels_seen.items(), key=lambda x: -x[1][1])[:8]})
@@ -1175,16 +1269,18 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
     workers: list[Any] = []
     verdicts: dict[str, Any] = {}
     notes: list[str] = []
+    host = _learner_host(job)
+    setup = {"op": "setup", "cells": cells, "fake": fake, "cell_timeout": float(job.get("cell_timeout") or 600)}
     try:
-        # Every start-up overlaps: the workers start torch while this process starts its own, and the answer
-        # cells run while the clean workers pay their CUDA and profiler start-up (nothing of those is timed).
-        # The baseline is measured only once the cells have ended, with the learner's processes stopped.
+        # The baseline's first rounds are measured before any answer cell runs (the trust model): the
+        # learner's worker starts (torch's import) and is paused at once; its cells are sent only after
+        # every case's baseline is prepared. The clean workers' start-ups overlap this process's.
         base = _workers("baseline", fake, world)
         workers.append(base)
-        learner = _workers("learner", fake, world)
-        workers.append(learner)
         base.send({"op": "setup", "cells": [], "fake": fake})
-        learner.send({"op": "setup", "cells": cells, "fake": fake, "cell_timeout": float(job.get("cell_timeout") or 600)})
+        learner = _workers("learner", fake, world, host)
+        workers.append(learner)
+        learner.pause(True)
         v = _Verdict(fake, deadline)
         replayer = None
         if _replay_here(v.cuda, world):
@@ -1194,23 +1290,21 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
         lap("verdict_start")
         base.recv(deadline)
         lap("baseline_worker_start")
+        prepared = {}
+        for c in cases:
+            try:
+                prepared[c.grade_id] = _prepare(v, base, c)
+            except Exception as exc:  # the grader's own failure: no credit, say why
+                verdicts[c.grade_id] = _verdict(c, 0.0, f"refused: grading failed: {type(exc).__name__}: {exc}", [])
+        lap("baseline_prepare")
+        learner.pause(False)
+        learner.send(setup)
         head, _ = learner.recv(deadline)
         lap("learner_cells")
         if isinstance(head.get("cells_s"), (int, float)):
             phases["learner_cells_own_s"] = round(float(head["cells_s"]), 3)
         notes = [str(n) for n in head.get("notes", [])][:50]
         names = triton_kernel_names(cells)
-        prepared = {}
-        learner.pause(True)  # whatever the cells left running sleeps while the baseline is measured
-        try:
-            for c in cases:
-                try:
-                    prepared[c.grade_id] = _prepare(v, base, c)
-                except Exception as exc:  # the grader's own failure: no credit, say why
-                    verdicts[c.grade_id] = _verdict(c, 0.0, f"refused: grading failed: {type(exc).__name__}: {exc}", [])
-        finally:
-            learner.pause(False)
-        lap("baseline_prepare")
         if replayer is not None:
             replayer.recv(deadline)
         for gid, prep in prepared.items():
@@ -1220,24 +1314,40 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
             except Exception as exc:  # a dead or garbled worker: no credit, say why
                 verdicts[gid] = _verdict(prep.case, 0.0, f"refused: the worker stopped answering "
                                          f"({type(exc).__name__}: {str(exc)[:200]})", [])
-                learner.close()
-                learner = _workers("learner", fake, world)
-                workers.append(learner)
-                learner.send({"op": "setup", "cells": cells, "fake": fake,
-                              "cell_timeout": float(job.get("cell_timeout") or 600)})
-                if replayer is not None:  # a replayed kernel may have broken the replay worker's CUDA context
-                    replayer.close()
-                    replayer = _workers("replay", fake, 1)
-                    workers.append(replayer)
-                    replayer.send({"op": "setup", "cells": [], "fake": fake})
-                    replayer.recv(deadline)
-                learner.recv(deadline)
+                learner, replayer = _restart(learner, replayer, workers, setup, fake, world, host, deadline)
     finally:
         for w in workers:  # all at once: their CUDA contexts tear down in parallel
             w.kill()
         for w in workers:
             w.close()
     return {"verdicts": verdicts, "notes": notes, "fake": fake, "phases_s": phases}
+
+
+def _learner_host(job: dict[str, Any]) -> Any:
+    """The grader host's socket for starting learner sandboxes (:mod:`mlsys.course.learnerbox`), where the
+    verdict runs in a sandbox of its own; None elsewhere (learner workers then start here)."""
+    fd = job.get("learner_host_fd")
+    if not isinstance(fd, int) or fd < 0:
+        return None
+    return learnerbox.LearnerClient(fd)
+
+
+def _restart(learner: Any, replayer: Any, workers: list[Any], setup: dict[str, Any], fake: bool, world: int,
+             host: Any, deadline: float) -> tuple[Any, Any]:
+    """A new learner worker (and replay worker: a replayed kernel may have broken its CUDA context) after one
+    stopped answering; the next case gets them."""
+    learner.close()
+    learner = _workers("learner", fake, world, host)
+    workers.append(learner)
+    learner.send(setup)
+    if replayer is not None:
+        replayer.close()
+        replayer = _workers("replay", fake, 1)
+        workers.append(replayer)
+        replayer.send({"op": "setup", "cells": [], "fake": fake})
+        replayer.recv(deadline)
+    learner.recv(deadline)
+    return learner, replayer
 
 
 def main() -> int:
