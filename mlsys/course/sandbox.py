@@ -51,7 +51,7 @@ from pathlib import Path
 
 __all__ = ["SandboxUnavailable", "Limits", "Cgroup", "bwrap_path", "check", "build_site", "command", "INSIDE_HOME",
            "NO_SANDBOX_WARNING", "SANDBOX_UID", "CLEAN_UID", "TMP_BYTES", "ETC_FILES", "own_scratch", "cgroup_note",
-           "gpu_nodes"]
+           "gpu_nodes", "scratch_fs", "release_scratch", "SCRATCH_BYTES"]
 
 SANDBOX_UID = 65534
 """The uid and gid student code runs as (``nobody``/``nogroup`` on Debian), inside and, for a root grader, outside."""
@@ -372,6 +372,27 @@ def _make_v1(fs: Path, own: dict[str, str], name: str, limits: Limits, why: list
                     _rmdir(done)
                 return []
     return made
+
+
+SCRATCH_BYTES = 4 * 2**30
+"""Size of a submission's scratch file system (:func:`scratch_fs`): what all its sandboxes may write in all."""
+
+
+def scratch_fs(folder: Path, size: int = SCRATCH_BYTES) -> bool:
+    """Mount a tmpfs of ``size`` bytes on ``folder`` (a root grader), so a submission's writes are capped in all,
+    not only per file (round 4: 2.1 GB under the per-file cap), and charged in memory to the cgroup of the
+    process that writes them. False where it cannot be mounted (an unprivileged grader): the per-file cap
+    (``Limits.file_bytes``) and the size of each sandbox's ``/tmp`` are then all there is."""
+    if os.geteuid() != 0 or not shutil.which("mount"):
+        return False
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={int(size)},mode=0755", "mlsys-scratch", str(folder)],
+                          capture_output=True, text=True, timeout=30)
+    return proc.returncode == 0
+
+
+def release_scratch(folder: Path) -> None:
+    """Unmount :func:`scratch_fs`'s tmpfs (lazily: a process still holding a file there lets go later)."""
+    subprocess.run(["umount", "-l", str(folder)], capture_output=True, text=True, timeout=30)
 
 
 def _rmdir(path: Path) -> None:

@@ -204,9 +204,12 @@ class SandboxedExecute(Execute):
         report: dict[str, Any] = {"kernel_died": None, "timed_out": False, "not_run": 0, "perf": {}, "fatal": ""}
         src_dir = Path(resources.get("metadata", {}).get("path") or ".")
         root = Path(tempfile.mkdtemp(prefix="sub-", dir=settings.get("scratch")))
+        mounted = settings.get("mode") == "bwrap" and sandbox.scratch_fs(root)  # the submission's writes, capped in all
         try:
             self._execute(nb, settings, src_dir, root, deadline, report, nbformat)
         finally:
+            if mounted:
+                sandbox.release_scratch(root)
             shutil.rmtree(root, ignore_errors=True)
             if settings.get("report"):
                 Path(settings["report"]).write_text(json.dumps(report, indent=1), encoding="utf-8")
