@@ -519,11 +519,7 @@ class Auditor(ast.NodeVisitor):
             elif name.startswith(("threading.", "concurrent.", "_thread.", "asyncio.")) or name in (
                     "multiprocessing.Process", "multiprocessing.Pool"):
                 self.flag(node, "concurrency", f"{name}() (a thread or task)")
-            if short in ("vars", "getattr", "hasattr") and name in (short, f"builtins.{short}") and node.args:
-                target = node.args[0]
-                if short == "vars" or self.is_library(target) or (
-                        short == "getattr" and len(node.args) > 1 and not isinstance(node.args[1], ast.Constant)):
-                    self.flag(node, "dynamic", f"{short}({_dotted(target) or '...'}, ...) on a module or object")
+            self.lookup(node, name, short)
             if kind:
                 if short in ("setattr", "delattr") and node.args and not self.is_library(node.args[0]):
                     # on an object of the learner's own: flagged only where the name replaces a course function or a
@@ -541,6 +537,14 @@ class Auditor(ast.NodeVisitor):
             if name.endswith((".events.register", ".events.unregister")):
                 self.flag(node, "introspection", f"{name}() (an IPython event hook)")
         self.generic_visit(node)
+
+    def lookup(self, node: ast.Call, name: str, short: str) -> None:
+        """``vars(x)``, or ``getattr``/``hasattr`` on a library or by a name not written out, under any alias."""
+        if short in ("vars", "getattr", "hasattr") and name in (short, f"builtins.{short}") and node.args:
+            target = node.args[0]
+            if short == "vars" or self.is_library(target) or (
+                    short == "getattr" and len(node.args) > 1 and not isinstance(node.args[1], ast.Constant)):
+                self.flag(node, "dynamic", f"{short}({_dotted(target) or '...'}, ...) on a module or object")
 
     def grader_module(self, dotted: str | None) -> str | None:
         """The course's grading module that ``dotted`` reaches (through an import of this cell or of the course's

@@ -507,10 +507,29 @@ def command(argv: list[str], scratch: Path, site: Path, *, limits: Limits | None
     scratch, site = Path(scratch).resolve(), Path(site).resolve()
     as_root = os.geteuid() == 0 if as_root is None else as_root
     args = [bwrap, *_namespaces(as_root, uid), "--die-with-parent", "--new-session", "--hostname", "sandbox"]
+    args += _file_system(scratch, site, tmp_bytes, gpu)
+    args.append("--clearenv")
+    for key, value in _environment(uid, env).items():
+        args += ["--setenv", key, value]
+    caps = [f"--fsize={limits.file_bytes}", f"--nofile={limits.open_files}", "--core=0"]
+    if cgroup is None:  # the per-user process cap stands in for the cgroup's per-sandbox one
+        caps.insert(0, f"--nproc={_nproc_now(uid) + limits.processes}")
+    if not gpu:
+        caps.append(f"--as={limits.memory_bytes}")
+    prlimit = shutil.which("prlimit")
+    if prlimit is None:
+        raise SandboxUnavailable("prlimit (util-linux) is missing: it sets the sandbox's resource limits")
+    inner = [*(_drop(uid) if as_root else []), prlimit, *caps, "--", *argv]
+    full = [*args, "--", *inner]
+    return cgroup.wrap(full, limits) if cgroup is not None else full
+
+
+def _file_system(scratch: Path, site: Path, tmp_bytes: int, gpu: bool) -> list[str]:
+    """bwrap's mounts: a private /tmp, the system and Python read-only, the site, the scratch, the GPU's nodes."""
     # Empty /tmp and /home first: a Python (a venv) that lives under them is bound on top below. Mounted
     # after the binds, the tmpfs would hide a course checked out in /tmp or in a home folder, and every
     # submission would fail to start (found by CI on a clone in /tmp/ci).
-    args += ["--perms", "1777", "--size", str(tmp_bytes), "--tmpfs", "/tmp", "--tmpfs", "/home"]  # /tmp: writable by the unprivileged uid
+    args = ["--perms", "1777", "--size", str(tmp_bytes), "--tmpfs", "/tmp", "--tmpfs", "/home"]  # /tmp: the uid's
     for path in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt"):
         if Path(path).exists():
             args += ["--ro-bind", path, path] if not Path(path).is_symlink() else ["--symlink", os.readlink(path), path]
@@ -539,13 +558,20 @@ def command(argv: list[str], scratch: Path, site: Path, *, limits: Limits | None
     if gpu:
         for node in [*gpu_nodes(), *(p for p in ("/dev/dri",) if Path(p).exists())]:
             args += ["--dev-bind", node, node]
+    return args
+
+
+def _environment(uid: int, env: dict[str, str] | None) -> dict[str, str]:
+    """The sandbox's whole environment: every cache in its private /tmp, torch.compile in-process (no compile
+    workers for the census to take on trust), the slot's GPU and threads, then ``env``."""
     variables = {
         "HOME": INSIDE_HOME, "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
         "PYTHONPATH": "/sandbox/site", "PYTHONNOUSERSITE": "1", "PYTHONHASHSEED": "0", "MPLBACKEND": "Agg",
         "TMPDIR": "/tmp", "JUPYTER_RUNTIME_DIR": "/tmp/jupyter-runtime", "JUPYTER_PLATFORM_DIRS": "1",
         "IPYTHONDIR": "/tmp/ipython", "MPLCONFIGDIR": "/tmp/mpl", "TRITON_CACHE_DIR": "/tmp/triton",
         "TORCHINDUCTOR_CACHE_DIR": "/tmp/inductor", "XDG_CACHE_HOME": "/tmp/cache", "CUDA_CACHE_PATH": "/tmp/nv",
-        "TRITON_HOME": "/tmp/triton-home", "TORCHINDUCTOR_COMPILE_THREADS": "1", "USER": "grader" if uid == CLEAN_UID else "student",
+        "TRITON_HOME": "/tmp/triton-home", "TORCHINDUCTOR_COMPILE_THREADS": "1",
+        "USER": "grader" if uid == CLEAN_UID else "student",
         "PYDEVD_DISABLE_FILE_VALIDATION": "1", "LANG": "C.UTF-8",
         "TORCH_CPP_LOG_LEVEL": "ERROR",  # c10d warns on stderr that it cannot name the sandbox (stderr costs a cell)
     }
@@ -553,17 +579,4 @@ def command(argv: list[str], scratch: Path, site: Path, *, limits: Limits | None
         if key in os.environ:
             variables[key] = os.environ[key]
     variables.update(env or {})
-    args.append("--clearenv")
-    for key, value in variables.items():
-        args += ["--setenv", key, value]
-    caps = [f"--fsize={limits.file_bytes}", f"--nofile={limits.open_files}", "--core=0"]
-    if cgroup is None:  # the per-user process cap stands in for the cgroup's per-sandbox one
-        caps.insert(0, f"--nproc={_nproc_now(uid) + limits.processes}")
-    if not gpu:
-        caps.append(f"--as={limits.memory_bytes}")
-    prlimit = shutil.which("prlimit")
-    if prlimit is None:
-        raise SandboxUnavailable("prlimit (util-linux) is missing: it sets the sandbox's resource limits")
-    inner = [*(_drop(uid) if as_root else []), prlimit, *caps, "--", *argv]
-    full = [*args, "--", *inner]
-    return cgroup.wrap(full, limits) if cgroup is not None else full
+    return variables

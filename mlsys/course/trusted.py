@@ -762,22 +762,7 @@ class _Verdict:
             raise _Refused(f"the worker answered out of turn ({str(head)[:100]})")
         if head.get("error"):
             raise _Refused(f"{case.function} failed in a checked call: {head['error']}")
-        outputs = None
-        if send_outputs:
-            from .perfwire import tensor_from_bytes
-
-            desc, blobs = worker.recv(dl)
-            shared = desc.get("shared_tensors")
-            tensors = (shared if isinstance(shared, list) and getattr(worker, "shm", None) is not None
-                       else desc.get("tensors")) or []
-            if len(tensors) != len(seeds):
-                raise _Refused(f"expected {len(seeds)} outputs from the worker, got {len(tensors)}")
-            if tensors is shared:
-                from .perfwire import tensor_from_shared
-
-                outputs = [tensor_from_shared(d, worker.shm[1], self.device) for d in tensors]
-            else:
-                outputs = [tensor_from_bytes(d, b) for d, b in zip(tensors, blobs, strict=True)]
+        outputs = self.outputs(worker, len(seeds), dl) if send_outputs else None
         inputs = None
         if send_inputs:
             from .perfwire import tensor_from_bytes
@@ -806,6 +791,20 @@ class _Verdict:
         h = head.get("harness_gpu_s")
         win.harness_s = float(h) if isinstance(h, (int, float)) and math.isfinite(h) and h >= 0 else None
         return win
+
+    def outputs(self, worker: Any, n: int, dl: float) -> list[Any]:
+        """A round's ``n`` outputs, from the shared region (the verdict's own copy) or from the pipe's raw bytes."""
+        from .perfwire import tensor_from_bytes, tensor_from_shared
+
+        desc, blobs = worker.recv(dl)
+        shared = desc.get("shared_tensors")
+        tensors = (shared if isinstance(shared, list) and getattr(worker, "shm", None) is not None
+                   else desc.get("tensors")) or []
+        if len(tensors) != n:
+            raise _Refused(f"expected {n} outputs from the worker, got {len(tensors)}")
+        if tensors is shared:
+            return [tensor_from_shared(d, worker.shm[1], self.device) for d in tensors]
+        return [tensor_from_bytes(d, b) for d, b in zip(tensors, blobs, strict=True)]
 
     def check_inputs(self, case: PerfCase, shapes: list[list[int]], seeds: list[int], win: _Window) -> None:
         """The inputs as the worker held them after the calls, against the ones rebuilt from the seeds."""
@@ -1246,19 +1245,9 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
 
     fake = bool(job.get("fake")) or fake_timer()
     cases = [PerfCase.from_dict(gid, d) for gid, d in job["cases"].items()]
-    worlds = {c.world for c in cases}
-    if len(worlds) > 1:
-        raise ValueError(f"a perf.toml's cases must all run on the same number of ranks, got {sorted(worlds)}")
-    world = worlds.pop() if worlds else 1
-    if world > 1 and not fake:
-        import torch
-
-        if torch.cuda.device_count() < world:  # a measurement on too few GPUs would say nothing: not graded
-            from .grading import NOT_GRADED
-
-            line = f"{NOT_GRADED} (this part needs {world} GPUs; this machine has {torch.cuda.device_count()})"
-            return {"verdicts": {c.grade_id: _verdict(c, None, "", [line]) for c in cases}, "notes": [], "fake": fake,
-                    "phases_s": {}}
+    world, too_few = _world(cases, fake)
+    if too_few is not None:
+        return too_few
     cells = list(job.get("cells", []))
     start = time.monotonic()
     deadline = start + float(job.get("deadline_s") or 1800)
@@ -1290,20 +1279,9 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
         lap("verdict_start")
         base.recv(deadline)
         lap("baseline_worker_start")
-        prepared = {}
-        for c in cases:
-            try:
-                prepared[c.grade_id] = _prepare(v, base, c)
-            except Exception as exc:  # the grader's own failure: no credit, say why
-                verdicts[c.grade_id] = _verdict(c, 0.0, f"refused: grading failed: {type(exc).__name__}: {exc}", [])
+        prepared = _prepare_all(v, base, cases, verdicts)
         lap("baseline_prepare")
-        learner.pause(False)
-        learner.send(setup)
-        head, _ = learner.recv(deadline)
-        lap("learner_cells")
-        if isinstance(head.get("cells_s"), (int, float)):
-            phases["learner_cells_own_s"] = round(float(head["cells_s"]), 3)
-        notes = [str(n) for n in head.get("notes", [])][:50]
+        notes = _run_cells(learner, setup, deadline, lap, phases)
         names = triton_kernel_names(cells)
         if replayer is not None:
             replayer.recv(deadline)
@@ -1321,6 +1299,47 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
         for w in workers:
             w.close()
     return {"verdicts": verdicts, "notes": notes, "fake": fake, "phases_s": phases}
+
+
+def _world(cases: list[PerfCase], fake: bool) -> tuple[int, dict[str, Any] | None]:
+    """(the cases' number of ranks, None), or with a result that grades none of them where this machine has
+    too few GPUs for the ranks (a measurement on too few would say nothing: not graded, rather than zero)."""
+    worlds = {c.world for c in cases}
+    if len(worlds) > 1:
+        raise ValueError(f"a perf.toml's cases must all run on the same number of ranks, got {sorted(worlds)}")
+    world = worlds.pop() if worlds else 1
+    if world > 1 and not fake:
+        import torch
+
+        if torch.cuda.device_count() < world:
+            from .grading import NOT_GRADED
+
+            line = f"{NOT_GRADED} (this part needs {world} GPUs; this machine has {torch.cuda.device_count()})"
+            return world, {"verdicts": {c.grade_id: _verdict(c, None, "", [line]) for c in cases}, "notes": [],
+                           "fake": fake, "phases_s": {}}
+    return world, None
+
+
+def _run_cells(learner: Any, setup: dict[str, Any], deadline: float, lap: Any, phases: dict[str, float]) -> list[str]:
+    """The answer cells run in the learner's worker (resumed for them); returns its notes (errors of the cells)."""
+    learner.pause(False)
+    learner.send(setup)
+    head, _ = learner.recv(deadline)
+    lap("learner_cells")
+    if isinstance(head.get("cells_s"), (int, float)):
+        phases["learner_cells_own_s"] = round(float(head["cells_s"]), 3)
+    return [str(n) for n in head.get("notes", [])][:50]
+
+
+def _prepare_all(v: _Verdict, base: Any, cases: list[PerfCase], verdicts: dict[str, Any]) -> dict[str, _Prepared]:
+    """Every case's reference and first baseline rounds; a case the grader cannot prepare gets its verdict here."""
+    prepared = {}
+    for c in cases:
+        try:
+            prepared[c.grade_id] = _prepare(v, base, c)
+        except Exception as exc:  # the grader's own failure: no credit, say why
+            verdicts[c.grade_id] = _verdict(c, 0.0, f"refused: grading failed: {type(exc).__name__}: {exc}", [])
+    return prepared
 
 
 def _learner_host(job: dict[str, Any]) -> Any:
