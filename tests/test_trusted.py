@@ -708,3 +708,18 @@ def test_the_baselines_first_rounds_are_measured_before_any_answer_cell_runs(tmp
     prepared_at = t0 + sum(phases[k] for k in order[:order.index("baseline_prepare") + 1])
     assert out["verdicts"]["perf_double"]["credit"] == 1.0
     assert float(stamp.read_text()) > prepared_at, (stamp.read_text(), prepared_at, phases)
+
+
+LATER_CALLS_LIBRARY = (
+    "import torch\nn = [0]\nseen = set()\ndef double(x):\n    n[0] += 1\n"
+    "    if n[0] <= 2 and x.data_ptr() not in seen:\n        seen.add(x.data_ptr())\n        return x + x\n"
+    "    return torch.mv(torch.eye(x.shape[0]) * 2, x)\n")
+
+
+@pytest.mark.slow  # a trusted process: ~3 s of CPU
+def test_library_work_after_the_first_checked_call_is_recorded_too():
+    """Round 4: with one rank only the first checked call's ops were recorded, so a function honest on its first
+    calls and a library one-liner on later calls (fresh shapes, reused tensors, timed rounds) earned full
+    credit. Every window the learner's worker runs is recorded and judged."""
+    v = _verdict([LATER_CALLS_LIBRARY])
+    assert v["credit"] == 0.0 and "aten::mv" in v["reason"], v

@@ -994,6 +994,22 @@ def _clean_window(v: _Verdict, base_worker: Any, prep: _Prepared, n: int, trace:
                    f"{min(prep.ran[-tries:]):.0%} of a round at most): something stopped it, so no share can be measured")
 
 
+def _ops_refusal(v: _Verdict, case: PerfCase, w: _Window, where: str) -> None:
+    """Refuse a window of the learner's calls whose recorded ops run a forbidden library routine or (on a CPU)
+    neither an aten computation nor a Triton kernel. Applied to every window the learner's worker runs, not
+    only the first (round 4: later calls on reused tensors reached a library unseen)."""
+    aten = {op for op in w.ops if not op.startswith("triton:")}
+    launched = {op for op in w.ops if op.startswith("triton:")}
+    if not v.cuda and not launched and not forbidden_ops("compute", aten):
+        raise _Refused(f"neither an aten computation nor a Triton kernel ran in {where} of {case.function} "
+                       f"(aten: {', '.join(sorted(aten)) or 'nothing'}): the work was done outside torch and Triton "
+                       "(a library reached without aten, such as NumPy or CuPy), or the recording was switched off")
+    bad = forbidden_ops(case.forbid, aten)
+    if bad:
+        raise _Refused(f"{case.function} runs library routines this exercise asks you to write yourself "
+                       f"(aten::{', aten::'.join(bad)}, in {where})")
+
+
 def _collective_refusal(case: PerfCase, w: _Window, where: str) -> None:
     """For a case run on several ranks: every rank's record of dispatched ops, in every recorded call.
     A library collective (``c10d:allreduce_``, ...) in any rank refuses; so does a rank whose record
@@ -1100,26 +1116,19 @@ def grade_case(v: _Verdict, base_worker: Any, learner: Any, prep: _Prepared, tri
         if world == 1:  # a collective works in place: its input is its output
             v.check_inputs(case, prep.shapes, seeds, w)
         _collective_refusal(case, w, "the checked calls")
-        aten = {op for op in w.ops if not op.startswith("triton:")}
-        launched = {op for op in w.ops if op.startswith("triton:")}
-        if not v.cuda and not launched and not forbidden_ops("compute", aten):
-            raise _Refused(f"neither an aten computation nor a Triton kernel ran in the checked call of {case.function} "
-                           f"(aten: {', '.join(sorted(aten)) or 'nothing'}): the work was done outside torch and Triton "
-                           "(a library reached without aten, such as NumPy or CuPy), or the recording was switched off")
+        _ops_refusal(v, case, w, "the checked call")
         ev["ops"] = w.ops
-        bad = forbidden_ops(case.forbid, aten)
-        if bad:
-            raise _Refused(f"{case.function} runs library routines this exercise asks you to write yourself "
-                           f"(aten::{', aten::'.join(bad)})")
         seeds = v.seeds(2 * world)
-        w = v.window(learner, fn, case, prep.fresh_shapes, seeds, send_outputs=True, record_ops=world > 1)
+        w = v.window(learner, fn, case, prep.fresh_shapes, seeds, send_outputs=True, record_ops=True)
         _collective_refusal(case, w, "the calls on fresh shapes")
         v.check_outputs(case, prep.ref_fn, prep.fresh_shapes, seeds, w, f"{case.function} on fresh shapes")
+        _ops_refusal(v, case, w, "the calls on fresh shapes")
         if world == 1:  # new values in the storage of the call before: a result kept by address is stale
             seeds = v.seeds(3)
-            w = v.window(learner, fn, case, prep.shapes, seeds, send_outputs=True, same_storage=True)
+            w = v.window(learner, fn, case, prep.shapes, seeds, send_outputs=True, same_storage=True, record_ops=True)
             v.check_outputs(case, prep.ref_fn, prep.shapes, seeds, w,
                             f"{case.function} (new values in the same input tensors)")
+            _ops_refusal(v, case, w, "the calls on reused input tensors")
         ev["checked_calls_wall_s"] = round(time.monotonic() - t_case, 3)
         timed, timed_fn = learner, fn
         if replayer is not None and world == 1:
@@ -1140,8 +1149,12 @@ def grade_case(v: _Verdict, base_worker: Any, learner: Any, prep: _Prepared, tri
                 learner.pause(timed is not learner)  # replayed rounds: the learner's processes sleep through them
             t1 = time.monotonic()
             seeds = v.seeds(k * world)
-            w = v.window(timed, timed_fn, case, prep.shapes, seeds, send_outputs=True, trace=v.trace, record_ops=world > 1)
+            on_cpu = timed is learner and not v.cuda  # every call recorded: no kernel trace judges them here
+            w = v.window(timed, timed_fn, case, prep.shapes, seeds, send_outputs=True, trace=v.trace,
+                         record_ops=world > 1 or on_cpu)
             _collective_refusal(case, w, f"timed round {r + 1}")
+            if on_cpu:
+                _ops_refusal(v, case, w, f"timed round {r + 1}")
             t2 = time.monotonic()
             v.check_outputs(case, prep.ref_fn, prep.shapes, seeds, w, f"{case.function} (timed round {r + 1})")
             walls.append([round(t1 - t0, 3), round(t2 - t1, 3), round(time.monotonic() - t2, 3)])
