@@ -635,26 +635,16 @@ class _StoppedWorker:
     """A clean worker as the verdict sees it, whose process was runnable for ``share`` of each round."""
 
     def __init__(self, share: float) -> None:
-        self.share, self.clock, self.pending, self.rounds = share, 0.0, [], 0
+        self.share, self.pending, self.rounds = share, [], 0
 
     def send(self, msg: dict) -> None:
-        import time
-
-        time.sleep(0.02)
         self.rounds += 1
         n = len(msg["seeds"])
-        self.pending.append(({"done": True, "fingerprints": [[0.0, 0.0]] * n, "error": "", "ops": []}, []))
+        self.pending.append(({"done": True, "fingerprints": [[0.0, 0.0]] * n, "error": "", "ops": [],
+                              "ran_share": self.share}, []))
 
     def recv(self, deadline: float) -> tuple:
         return self.pending.pop(0)
-
-    def runnable(self) -> list[float]:
-        import time
-
-        now = time.perf_counter()
-        if not hasattr(self, "t0"):
-            self.t0 = now
-        return [(now - self.t0) * self.share]
 
 
 @pytest.mark.parametrize("share, refused", [(0.05, True), (0.3, True), (1.0, False)])
@@ -666,6 +656,7 @@ def test_a_clean_round_its_worker_did_not_run_is_measured_again_then_refused(sha
 
     case = trusted.PerfCase.from_dict("perf_double", CASE)
     v = trusted._Verdict(fake=True, deadline=math.inf)
+    v.fake = False  # a real clock (a GPU's): with the fake timer the share is recorded only
     prep = trusted._Prepared(case, [[257]], [[257]], None, {"copy": True}, {"empty": [257], "dtype": "float32"})
     worker = _StoppedWorker(share)
     if refused:
@@ -680,14 +671,15 @@ def test_a_clean_round_its_worker_did_not_run_is_measured_again_then_refused(sha
 def test_runnable_time_counts_waiting_for_a_core_so_a_busy_machine_passes():
     """schedstat's two first fields (ns running, ns waiting on a run queue), summed over threads: a process spinning
     for 0.2 s is runnable for about 0.2 s however many others share its core."""
-    import os
     import time
 
-    a = trusted._runnable_s(os.getpid())
+    from mlsys.course.perfworker import runnable_s
+
+    a = runnable_s()
     t0 = time.perf_counter()
     while time.perf_counter() - t0 < 0.2:
         pass
-    b = trusted._runnable_s(os.getpid())
+    b = runnable_s()
     assert a is not None and b is not None
     assert 0.18 <= b - a <= 0.3, b - a
 
@@ -723,3 +715,31 @@ def test_library_work_after_the_first_checked_call_is_recorded_too():
     credit. Every window the learner's worker runs is recorded and judged."""
     v = _verdict([LATER_CALLS_LIBRARY])
     assert v["credit"] == 0.0 and "aten::mv" in v["reason"], v
+
+
+@pytest.mark.slow  # a baseline worker: ~3 s of CPU
+def test_a_clean_worker_stopped_during_its_round_says_so_and_an_honest_one_does_not():
+    """The clean worker measures how much of its round (from the verdict's send to its "done") it was runnable:
+    stopped for 0.4 s before it could even read the request, it reports well under RAN_SHARE."""
+    import math
+    import os
+    import signal
+    import threading
+    import time
+
+    case = trusted.PerfCase.from_dict("perf_double", CASE)
+    v = trusted._Verdict(fake=True, deadline=math.inf)
+    base = trusted._ProcWorker("baseline", fake=True)
+    try:
+        base.send({"op": "setup", "cells": [], "fake": True})
+        base.recv(time.monotonic() + 240)
+        fn = {"copy": True}
+        honest = v.window(base, fn, case, [[257]], v.seeds(3))
+        os.kill(base.proc.pid, signal.SIGSTOP)
+        threading.Timer(0.4, lambda: os.kill(base.proc.pid, signal.SIGCONT)).start()
+        stopped = v.window(base, fn, case, [[257]], v.seeds(3))
+    finally:
+        base.close()
+    assert honest.ran_share is not None and honest.ran_share >= trusted.RAN_SHARE, honest.ran_share
+    assert stopped.ran_share is not None and stopped.ran_share < 0.2 and stopped.wall_s >= 0.4, (stopped.ran_share,
+                                                                                               stopped.wall_s)

@@ -36,6 +36,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from . import perfwire
@@ -368,6 +369,25 @@ def _load(torch: Any, wfd: int, msg: dict[str, Any], blobs: list[Any], replays: 
         perfwire.send(wfd, {"loaded": None, "error": f"{type(exc).__name__}: {str(exc)[:400]}"})
 
 
+def runnable_s(pid: int | str = "self") -> float | None:
+    """Seconds the process ``pid``'s threads have been running or waiting for a core, or None where the kernel
+    does not say. Time stopped, frozen or asleep is not in it; time lost to a busy machine is.
+
+    Waiting is ``schedstat``'s second field (run-queue delay, accounted each time a thread gets a core), summed
+    over threads; running is, for this process, its exact CPU time (``schedstat``'s first field is brought up to
+    date only at scheduler ticks, too coarse for a round of a few milliseconds)."""
+    run, wait, found = 0, 0, False
+    for stat in Path(f"/proc/{pid}/task").glob("*/schedstat"):
+        try:
+            fields = stat.read_text().split()
+            run, wait, found = run + int(fields[0]), wait + int(fields[1]), True
+        except (OSError, ValueError, IndexError):
+            continue
+    if not found:
+        return None
+    return (time.process_time() if pid == "self" else run / 1e9) + wait / 1e9
+
+
 def _non_dumpable() -> None:
     try:
         import ctypes
@@ -410,6 +430,7 @@ def main(role: str) -> int:
     prof = None
     replays: dict[str, Any] = {}
     while True:
+        ran_idle = runnable_s()  # blocked from here until the next request: not runnable, unless stopped or woken
         msg, blobs = perfwire.recv(rfd)
         op = msg.get("op")
         if op == "exit":
@@ -447,6 +468,8 @@ def main(role: str) -> int:
         elif op == "round":
             seen: set[str] = set()
             head: dict[str, Any] = {"done": True, "fingerprints": [], "error": ""}
+            sent = msg.get("sent_at")  # the verdict's monotonic clock (one for every process) when it sent this
+            ran0, t_ran = (ran_idle, float(sent)) if isinstance(sent, (int, float)) else (runnable_s(), time.monotonic())
             outs: list[Any] = []
             inputs: list[tuple] = []
             try:
@@ -463,6 +486,9 @@ def main(role: str) -> int:
                 head["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
                 outs = []
             head["ops"] = sorted(seen)
+            ran1, t_end = runnable_s(), time.monotonic()
+            if ran0 is not None and ran1 is not None and t_end > t_ran:  # read by the verdict from clean workers only
+                head["ran_share"] = (ran1 - ran0) / (t_end - t_ran)
             perfwire.send(wfd, head)
             if msg.get("send_outputs") and not head["error"]:
                 shared = perfwire.tensors_to_shared(outs, shm) if shm is not None and msg.get("shm") else None

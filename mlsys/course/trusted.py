@@ -414,23 +414,13 @@ SHARED_BYTES = learnerbox.SHARED_BYTES
 """Size of the shared region a worker writes a round's outputs into (sparse: pages exist once written)."""
 
 RAN_SHARE = 0.5
-"""Least share of a clean worker's round (wall time, by the verdict's clock) that its threads must have been
-runnable (running, or waiting for a core: ``/proc/<pid>/task/*/schedstat``). A round below it was not run by
-the worker for most of its time (stopped, frozen): it is measured again. Waiting for a core counts, so a
-busy machine never fails this check; on a GPU (a blocking synchronize sleeps) it is recorded, not applied."""
-
-
-def _runnable_s(pid: int) -> float | None:
-    """Seconds the process ``pid``'s threads have been running or runnable since they started, or None."""
-    total, found = 0, False
-    for stat in Path(f"/proc/{pid}/task").glob("*/schedstat"):
-        try:
-            run, wait = stat.read_text().split()[:2]
-            total += int(run) + int(wait)
-            found = True
-        except (OSError, ValueError):
-            continue
-    return total / 1e9 if found else None
+"""Least share of a clean worker's round (from its request to its "done", by its own clock) that its threads must
+have been runnable (running, or waiting for a core: :func:`mlsys.course.perfworker.runnable_s`). A round below
+it was not run by the worker for most of its time (stopped, frozen): it is measured again. Waiting for a core
+counts, so a busy machine never fails this check; on a GPU a synchronize spins or yields (CUDA's default
+schedule for a few contexts), which counts as runnable too. With the fake timer it is recorded, not applied.
+The worker measures it itself (the verdict's own clock would count the pipe's and its own wake-ups):
+a clean worker's word is the grader's."""
 
 
 class _RemoteBox:
@@ -501,10 +491,6 @@ class _ProcWorker:
         from . import perfwire
 
         return perfwire.recv(self.r, deadline)
-
-    def runnable(self) -> list[float | None]:
-        """Seconds this worker has been runnable (a clean worker started here), for :data:`RAN_SHARE`."""
-        return [_runnable_s(self.proc.pid)] if self.proc is not None else []
 
     def pause(self, stop: bool) -> None:
         """Pause or resume the worker with everything it started, so the learner's processes sleep while
@@ -601,6 +587,8 @@ class _RankGroup:
                     "fingerprints": self._interleave([list(h.get("fingerprints") or []) for h in heads]),
                     "ops": sorted({str(o) for h in heads for o in (h.get("ops") or [])}),
                     "rank_ops": [list(h.get("ops") or []) for h in heads],
+                    **({"ran_share": min(float(h["ran_share"]) for h in heads)}
+                       if all(isinstance(h.get("ran_share"), (int, float)) for h in heads) else {}),
                     **({"harness_gpu_s": max(float(h["harness_gpu_s"]) for h in heads)}
                        if all(isinstance(h.get("harness_gpu_s"), (int, float)) for h in heads) else {})}, []
         if "kernels" in first:
@@ -622,9 +610,6 @@ class _RankGroup:
     def pause(self, stop: bool) -> None:
         for w in self.ranks:
             w.pause(stop)
-
-    def runnable(self) -> list[float | None]:
-        return [x for w in self.ranks for x in w.runnable()]
 
     def kill(self) -> None:
         for w in self.ranks:
@@ -752,12 +737,11 @@ class _Verdict:
                "record_ops": record_ops, "send_outputs": send_outputs, "send_inputs": send_inputs,
                "harness_time": harness_time, "shm": getattr(worker, "shm", None) is not None,
                "same_storage": same_storage}
-        ran0 = worker.runnable() if hasattr(worker, "runnable") else []
+        msg["sent_at"] = time.monotonic()  # a clean worker's RAN_SHARE counts from here: a stop before it reads counts
         t0 = self.clock()
         worker.send(msg)
         head, _ = worker.recv(dl)
         t1 = self.clock()
-        ran1 = worker.runnable() if hasattr(worker, "runnable") else []
         if not head.get("done"):
             raise _Refused(f"the worker answered out of turn ({str(head)[:100]})")
         if head.get("error"):
@@ -782,9 +766,8 @@ class _Verdict:
         win = _Window(seconds, [(float(x[0]), float(x[1])) for x in fps], list(head.get("ops") or []), outputs,
                       kernels, trace_error, inputs)
         win.wall_s = t1 - t0
-        shares = [(b - a) / win.wall_s for a, b in zip(ran0, ran1, strict=False)
-                  if a is not None and b is not None and win.wall_s > 0]
-        win.ran_share = min(shares) if shares else None
+        share = head.get("ran_share")  # the least over ranks (a rank group sends the least)
+        win.ran_share = float(share) if isinstance(share, (int, float)) and math.isfinite(share) else None
         rank_ops = head.get("rank_ops")
         win.rank_ops = ([[str(o) for o in ops] for ops in rank_ops if isinstance(ops, list)]
                         if isinstance(rank_ops, list) else [win.ops])
@@ -983,12 +966,13 @@ def _baseline_round(v: _Verdict, base_worker: Any, prep: _Prepared, trace: bool 
 def _clean_window(v: _Verdict, base_worker: Any, prep: _Prepared, n: int, trace: bool, rec: bool, tries: int = 3) -> _Window:
     """A baseline round the clean worker ran: one whose process was runnable for less than :data:`RAN_SHARE` of
     the round (stopped or frozen from outside) is measured again, and after ``tries`` such rounds the case
-    is refused (the grader's own measurement cannot be trusted). On a GPU the share is recorded only."""
+    is refused (the grader's own measurement cannot be trusted). With the fake timer (CI) the share is recorded
+    only: no time is measured there."""
     for _ in range(tries):
         base = v.window(base_worker, prep.base_fn, prep.case, prep.shapes, v.seeds(n), trace=trace, record_ops=rec)
         if base.ran_share is not None:
             prep.ran.append(round(base.ran_share, 3))
-        if v.cuda or base.ran_share is None or base.ran_share >= RAN_SHARE:
+        if v.fake or base.ran_share is None or base.ran_share >= RAN_SHARE:
             return base
     raise _Refused(f"the grader's baseline worker did not run during {tries} of its rounds (runnable for "
                    f"{min(prep.ran[-tries:]):.0%} of a round at most): something stopped it, so no share can be measured")
