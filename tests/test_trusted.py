@@ -409,11 +409,11 @@ def test_collectives_decision():
 
     ring = ["empty.memory_format", "c10d:send", "c10d:recv_", "add_.Tensor"]
     assert forbidden_ops("collectives", ring) == [] and exchanged_point_to_point(ring)
-    assert forbidden_ops("collectives", ring + ["c10d:allreduce_.default"]) == ["c10d:allreduce_"]
-    assert forbidden_ops("collectives", ["_c10d_functional:all_reduce"]) == ["_c10d_functional:all_reduce"]
+    assert forbidden_ops("collectives", ring + ["c10d::allreduce_.default"]) == ["c10d::allreduce_"]
+    assert forbidden_ops("collectives", ["_c10d_functional::all_reduce"]) == ["_c10d_functional::all_reduce"]
     assert not exchanged_point_to_point(["add_.Tensor", "c10d:barrier"])  # a barrier moves no data
     # a Lab 2 or Lab 5 case refuses a dispatched all-reduce too, namespace or not
-    assert forbidden_ops("matmul", ["c10d:allreduce_"]) == ["c10d:allreduce_"]
+    assert forbidden_ops("matmul", ["c10d::allreduce_"]) == ["c10d::allreduce_"]
     # on a GPU, NCCL's send/receive kernel is the ring's own exchange; its all-reduce kernel is the library's
     kernels = {"ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)": [4, 900.0],
                "void at::native::vectorized_elementwise_kernel<add>": [4, 100.0]}

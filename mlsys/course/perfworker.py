@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import perfwire
+from . import perfwire, policy
 
 __all__ = ["make_inputs", "run_calls", "fingerprint", "exec_cells", "join_group", "op_name", "C10D_NAMESPACES", "main"]
 
@@ -194,15 +194,16 @@ def _count_triton_launches() -> None:
     interpreter.GridExecutor.__call__ = call
 
 
-C10D_NAMESPACES = ("c10d", "_c10d_functional", "c10d_functional", "_dtensor")
+C10D_NAMESPACES = policy.C10D_NAMESPACES
 """Operator namespaces of torch.distributed: their ops are recorded as ``namespace:name``."""
 
 
 def op_name(schema_name: str) -> str:
-    """``aten::mm`` -> ``mm``; ``c10d::allreduce_`` -> ``c10d:allreduce_`` (a collective keeps its namespace,
-    so a dispatched all-reduce is never mistaken for, or hidden behind, an aten op of the same name)."""
+    """``aten::mm`` -> ``mm``; ``c10d::allreduce_`` -> ``c10d::allreduce_`` (a collective keeps its namespace, in
+    the one spelling of :mod:`mlsys.course.policy`, so a dispatched all-reduce is never mistaken for, or hidden
+    behind, an aten op of the same name)."""
     ns, _, name = schema_name.rpartition("::")
-    return f"{ns}:{name}" if ns in C10D_NAMESPACES else name
+    return f"{ns}::{name}" if ns in C10D_NAMESPACES else name
 
 
 def _recorder(torch: Any, seen: set[str]) -> Any:

@@ -84,11 +84,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from . import learnerbox
+from . import learnerbox, policy
 
 __all__ = ["PerfCase", "answer_cells", "load_spec", "find_spec", "grade_case", "grade_performance", "run_job", "main",
-           "FORBID_MATMUL", "FORBID_MATMUL_PREFIXES", "ALLOWED_FOR_COMPUTE", "FAKE_SECONDS", "VENDOR_KERNEL_MARKS",
-           "forbidden_ops", "exchanged_point_to_point", "POINT_TO_POINT", "kernel_refusal", "traced_per_call", "coverage_refusal", "triton_kernel_names", "roofline_floor", "credit_of", "spread",
+           "FAKE_SECONDS", "VENDOR_KERNEL_MARKS",
+           "forbidden_ops", "exchanged_point_to_point", "kernel_refusal", "traced_per_call", "coverage_refusal", "triton_kernel_names", "roofline_floor", "credit_of", "spread",
            "sure_of_full_credit", "FULL_CREDIT_MARGIN"]
 
 REPLAY_ENV = "MLSYS_GRADER_REPLAY"
@@ -107,28 +107,7 @@ def _replay_here(cuda: bool, world: int) -> bool:
 FAKE_SECONDS = 1e-3
 """What the fake timer reports for every timed callable (seconds per call)."""
 
-FORBID_MATMUL = frozenset({
-    "mm", "bmm", "addmm", "addbmm", "baddbmm", "matmul", "mv", "dot", "vdot", "addmv", "linear", "einsum",
-    "tensordot", "_scaled_mm", "_int_mm", "_addmm_activation", "_scaled_dot_product_attention",
-    "_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
-    "_scaled_dot_product_cudnn_attention", "scaled_dot_product_attention", "_flash_attention_forward",
-    "_efficient_attention_forward", "convolution", "conv2d", "cudnn_convolution",
-    "all_reduce", "all_reduce_", "allreduce_", "reduce_scatter_tensor", "all_gather_into_tensor",
-})
-"""aten (and c10d) op names a hand-written matmul or attention kernel may not run."""
-
-FORBID_MATMUL_PREFIXES = ("_scaled_dot_product_", "_flash_attention", "_efficient_attention", "_cudnn_attention")
-"""...and every attention backend by its name's prefix: each device and PyTorch version adds its own
-(on a CPU, SDPA runs ``_scaled_dot_product_flash_attention_for_cpu``, which no list above named)."""
-
-ALLOWED_FOR_COMPUTE = frozenset({
-    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros", "zeros_like", "new_zeros",
-    "ones", "ones_like", "full", "full_like", "fill_", "zero_", "view", "_unsafe_view", "reshape", "as_strided",
-    "expand", "t", "transpose", "permute", "contiguous", "clone", "copy_", "_to_copy", "to", "detach", "alias",
-    "slice", "select", "unsqueeze", "squeeze", "flatten", "stride", "size", "numel", "is_contiguous",
-    "lift_fresh", "_local_scalar_dense", "item", "arange", "set_", "resize_", "record_stream",
-})
-"""aten ops a "write the kernel yourself" function may run (allocation, views, copies): all else is compute."""
+# What each kind of exercise may dispatch lives in mlsys.course.policy (one table for the test cells and here).
 
 
 @dataclass(frozen=True)
@@ -245,29 +224,15 @@ ALWAYS_ALLOWED_KERNELS = ("memcpy", "memset")
 """Trace entries that are data movement, not compute (CUPTI names them "Memcpy HtoD", "Memset")."""
 
 
-POINT_TO_POINT = frozenset({"send", "recv_", "recv_any_source_", "barrier", "monitored_barrier_"})
-"""torch.distributed ops a hand-written collective may dispatch (``c10d:`` namespace): sends, receives
-and barriers. Every other c10d op (allreduce_, reduce_scatter_, allgather_, broadcast_, the functional
-collectives, ...) is the library's collective."""
-
-
 def forbidden_ops(forbid: str, ops: set[str] | list[str]) -> list[str]:
-    """Ops of ``ops`` (aten names, and ``c10d:name`` for torch.distributed's) that a case forbidding
-    ``"matmul"``, ``"compute"`` or ``"collectives"`` refuses."""
-    base = {op.split(".")[0] for op in ops}
-    if forbid == "collectives":
-        return sorted(op for op in base if ":" in op and not op.startswith("triton:")
-                      and op.split(":", 1)[1] not in POINT_TO_POINT)
-    if forbid == "matmul":
-        return sorted(op for op in base if (name := op.split(":")[-1]) in FORBID_MATMUL
-                      or name.startswith(FORBID_MATMUL_PREFIXES))
-    return sorted(base - ALLOWED_FOR_COMPUTE)
+    """Ops of ``ops`` that a case forbidding ``"matmul"``, ``"compute"`` or ``"collectives"`` refuses, in the one
+    spelling (``aten::mm``, ``c10d::allreduce_``): :func:`mlsys.course.policy.forbidden`."""
+    return policy.forbidden(forbid, ops)
 
 
 def exchanged_point_to_point(ops: set[str] | list[str]) -> bool:
     """True when a rank's record holds a send or a receive of torch.distributed."""
-    return any(op.startswith("c10d:") and op.split(":", 1)[1].split(".")[0] in ("send", "recv_", "recv_any_source_")
-               for op in ops)
+    return any(policy.qualified(op) in policy.POINT_TO_POINT for op in ops)
 
 
 def triton_kernel_names(cells: list[str]) -> set[str]:
@@ -991,12 +956,12 @@ def _ops_refusal(v: _Verdict, case: PerfCase, w: _Window, where: str) -> None:
     bad = forbidden_ops(case.forbid, aten)
     if bad:
         raise _Refused(f"{case.function} runs library routines this exercise asks you to write yourself "
-                       f"(aten::{', aten::'.join(bad)}, in {where})")
+                       f"({', '.join(bad)}, in {where})")
 
 
 def _collective_refusal(case: PerfCase, w: _Window, where: str) -> None:
     """For a case run on several ranks: every rank's record of dispatched ops, in every recorded call.
-    A library collective (``c10d:allreduce_``, ...) in any rank refuses; so does a rank whose record
+    A library collective (``c10d::allreduce_``, ...) in any rank refuses; so does a rank whose record
     holds no send or receive at all (the exchange happened outside torch.distributed, or the recording
     was switched off)."""
     if case.world == 1:
@@ -1049,7 +1014,7 @@ def _replayed(v: _Verdict, learner: Any, replayer: Any, prep: _Prepared, ev: dic
     bad = forbidden_ops(case.forbid, ops)
     if bad:
         raise _Refused(f"{case.function} runs library routines this exercise asks you to write yourself "
-                       f"(aten::{', aten::'.join(bad)})")
+                       f"({', '.join(bad)})")
     if case.kernels == "triton" and not kernels:
         raise _Refused(f"{case.function} launched no Triton kernel (aten ops only: {', '.join(ops[:8]) or 'none'})")
     t1 = time.monotonic()
