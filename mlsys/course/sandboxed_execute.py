@@ -47,6 +47,7 @@ from .cellrunner import error_output
 from .grading import NOT_GRADED
 from .testcells import answer_names, course_imports, grader_cells
 from .trusted import answer_cells
+from .verdict import METADATA_KEY, Verdict
 
 __all__ = ["SandboxedExecute", "run_in_sandbox", "answer_cells"]
 
@@ -293,29 +294,19 @@ class SandboxedExecute(Execute):
             verdicts = result.get("verdicts", {})
         for i in sorted(perf_idx):
             cell = nb.cells[i]
-            gid = _nbg(cell).get("grade_id")
+            gid = str(_nbg(cell).get("grade_id"))
             points = float(_nbg(cell).get("points", 0))
             if mode == "off":
-                outs = [{"output_type": "stream", "name": "stdout", "text": NOT_GRADED + "\n"},
-                        {"output_type": "execute_result", "execution_count": None, "metadata": {},
-                         "data": {"text/plain": "0.0"}}]
+                v = Verdict(gid, points, None, "", (NOT_GRADED,))
             elif gid not in verdicts:
-                reason = ("no trusted measurement for this cell: the lab's perf.toml has no [" + str(gid) + "]"
-                          if gid not in cases else f"no verdict ({report['fatal'] or 'the trusted process failed'})")
-                outs = [error_output("PerformanceNotMeasured", reason)]
+                v = Verdict.not_measured(gid, points, "no trusted measurement for this cell: the lab's perf.toml has no ["
+                                         + gid + "]" if gid not in cases else
+                                         f"no verdict ({report['fatal'] or 'the trusted process failed'})")
             else:
-                v = verdicts[gid]
-                report["perf"][gid] = v
-                text = "".join(line + "\n" for line in v.get("lines", []))
-                if v.get("reason"):
-                    outs = ([{"output_type": "stream", "name": "stdout", "text": text}] if text else []) + [
-                        error_output("PerformanceRefused", v["reason"])]
-                else:
-                    score = min(points, points * float(v.get("credit") or 0.0))
-                    outs = [{"output_type": "stream", "name": "stdout", "text": text or "measured by the grader\n"},
-                            {"output_type": "execute_result", "execution_count": None, "metadata": {},
-                             "data": {"text/plain": f"{score:.4g}"}}]
-            cell.outputs = [nbformat.from_dict(o) for o in outs]
+                report["perf"][gid] = verdicts[gid]
+                v = Verdict.from_dict(verdicts[gid])
+            cell.outputs = [nbformat.from_dict(o) for o in v.outputs(points, NOT_GRADED)]
+            cell.metadata.setdefault("mlsys", {})[METADATA_KEY] = v.metadata()  # the status as a field, not text
 
 
 def _instructor_notebook(resources: dict[str, Any]) -> dict[str, Any]:

@@ -981,8 +981,10 @@ def _collective_refusal(case: PerfCase, w: _Window, where: str) -> None:
 
 def _verdict(case: PerfCase, credit: float | None, reason: str, lines: list[str],
              evidence: dict[str, Any] | None = None) -> dict[str, Any]:
-    return {"grade_id": case.grade_id, "points": case.points, "credit": credit, "reason": reason, "lines": lines,
-            "score": None if credit is None else round(case.points * credit, 4), "evidence": evidence or {}}
+    """The case's :class:`mlsys.course.verdict.Verdict`, in its wire form."""
+    from .verdict import Verdict
+
+    return Verdict(case.grade_id, case.points, credit, reason, tuple(lines), evidence or {}).to_dict()
 
 
 def _replayed(v: _Verdict, learner: Any, replayer: Any, prep: _Prepared, ev: dict[str, Any]) -> dict[str, Any]:
