@@ -29,7 +29,11 @@ outside (root-only files bound in readable, ``RLIMIT_NPROC`` not enforced), so t
 without a user namespace, keeps only the capabilities to change user, and ``setpriv`` switches to
 the real unprivileged uid and gid :data:`SANDBOX_UID` (``nobody``), clears supplementary groups,
 empties every capability set and sets ``no_new_privs`` before the student's interpreter starts; the
-scratch folder is handed to that uid (:func:`own_scratch`).
+scratch folder is handed to that uid (:func:`own_scratch`). The grader's own clean side (the verdict process
+and its baseline and replay workers) runs in a sandbox of its own as another unprivileged uid,
+:data:`CLEAN_UID` (``command(..., uid=CLEAN_UID)``): learner code can neither signal it nor write what it reads
+(:mod:`mlsys.course.learnerbox`). Each sandbox's ``/tmp`` is a size-capped tmpfs holding its compiler caches, and
+a root grader mounts a submission's scratch as a size-capped tmpfs too (:func:`scratch_fs`).
 
 Where bubblewrap cannot run, :func:`check` raises :class:`SandboxUnavailable` saying how to install
 it; a teacher may grade without it only by asking for ``--no-sandbox``, which is logged loudly.
