@@ -56,9 +56,16 @@ def step_nodes(out: Path, site: Path) -> dict:
 
     scratch = Path(tempfile.mkdtemp(prefix="nodes-"))
     sandbox.own_scratch(scratch)
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES="0")
-    argv = sandbox.command([sys.executable, "-c", NODE_PROBE], scratch, site, gpu=True)
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env)
+    before = os.environ.get("CUDA_VISIBLE_DEVICES")
+    os.environ["CUDA_VISIBLE_DEVICES"] = "0"  # the slot: command() binds its node and passes the variable in
+    try:
+        argv = sandbox.command([sys.executable, "-c", NODE_PROBE], scratch, site, gpu=True)
+    finally:
+        if before is None:
+            os.environ.pop("CUDA_VISIBLE_DEVICES")
+        else:
+            os.environ["CUDA_VISIBLE_DEVICES"] = before
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=300)
     seen = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else {}
     want = float(sum(range(1 << 20)) * 2)
     return {"ok": bool(seen) and seen.get("count") == 1 and abs(seen.get("sum", 0) - want) < 1e-3 * want,
