@@ -638,6 +638,9 @@ class _StoppedWorker:
         self.share, self.pending, self.rounds = share, [], 0
 
     def send(self, msg: dict) -> None:
+        import time
+
+        time.sleep(0.02)  # a round long enough that a share below RAN_SHARE loses more than STOPPED_S
         self.rounds += 1
         n = len(msg["seeds"])
         self.pending.append(({"done": True, "fingerprints": [[0.0, 0.0]] * n, "error": "", "ops": [],
@@ -717,10 +720,10 @@ def test_library_work_after_the_first_checked_call_is_recorded_too():
     assert v["credit"] == 0.0 and "aten::mv" in v["reason"], v
 
 
-@pytest.mark.slow  # a baseline worker: ~3 s of CPU
+@pytest.mark.slow  # a baseline worker: ~5 s of CPU
 def test_a_clean_worker_stopped_during_its_round_says_so_and_an_honest_one_does_not():
-    """The clean worker measures how much of its round (from the verdict's send to its "done") it was runnable:
-    stopped for 0.4 s before it could even read the request, it reports well under RAN_SHARE."""
+    """The clean worker measures how much of its round (from reading the request to its "done") it was runnable:
+    stopped for 1.5 s in the middle of a round of large copies, it reports well under RAN_SHARE."""
     import math
     import os
     import signal
@@ -730,16 +733,21 @@ def test_a_clean_worker_stopped_during_its_round_says_so_and_an_honest_one_does_
     case = trusted.PerfCase.from_dict("perf_double", CASE)
     v = trusted._Verdict(fake=True, deadline=math.inf)
     base = trusted._ProcWorker("baseline", fake=True)
+    big = [[4_000_000]]  # 16 MB a call: a round of 3 takes long enough to be stopped in the middle of
     try:
         base.send({"op": "setup", "cells": [], "fake": True})
         base.recv(time.monotonic() + 240)
         fn = {"copy": True}
+        for _ in range(2):  # warm, as the grader's own rounds are (_prepare): a cold first round sleeps on page faults
+            v.window(base, fn, case, [[257]], v.seeds(3))
         honest = v.window(base, fn, case, [[257]], v.seeds(3))
-        os.kill(base.proc.pid, signal.SIGSTOP)
-        threading.Timer(0.4, lambda: os.kill(base.proc.pid, signal.SIGCONT)).start()
-        stopped = v.window(base, fn, case, [[257]], v.seeds(3))
+        threading.Timer(0.05, lambda: os.kill(base.proc.pid, signal.SIGSTOP)).start()
+        threading.Timer(1.55, lambda: os.kill(base.proc.pid, signal.SIGCONT)).start()
+        stopped = v.window(base, fn, case, big, v.seeds(3))
     finally:
         base.close()
-    assert honest.ran_share is not None and honest.ran_share >= trusted.RAN_SHARE, honest.ran_share
-    assert stopped.ran_share is not None and stopped.ran_share < 0.2 and stopped.wall_s >= 0.4, (stopped.ran_share,
-                                                                                               stopped.wall_s)
+    assert honest.ran_share is not None and not trusted.did_not_run(honest.ran_share, honest.wall_s), honest
+    assert stopped.ran_share is not None and trusted.did_not_run(stopped.ran_share, stopped.wall_s), (
+        stopped.ran_share, stopped.wall_s)
+    # the cold round measured on this machine under load: 41% runnable of 6.5 ms is a page fault, not a stop
+    assert not trusted.did_not_run(0.408, 0.0065) and trusted.did_not_run(0.2, 0.010)

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -370,23 +371,23 @@ def _load(torch: Any, wfd: int, msg: dict[str, Any], blobs: list[Any], replays: 
         perfwire.send(wfd, {"loaded": None, "error": f"{type(exc).__name__}: {str(exc)[:400]}"})
 
 
-def runnable_s(pid: int | str = "self") -> float | None:
-    """Seconds the process ``pid``'s threads have been running or waiting for a core, or None where the kernel
-    does not say. Time stopped, frozen or asleep is not in it; time lost to a busy machine is.
+def runnable_s() -> float | None:
+    """Seconds this process's busiest thread has been running or waiting for a core, or None where the kernel does
+    not say. Time stopped, frozen or asleep is not in it; time lost to a busy machine is. The busiest thread, not
+    the sum: torch's worker threads would add up to more than the wall time and hide a stop.
 
-    Waiting is ``schedstat``'s second field (run-queue delay, accounted each time a thread gets a core), summed
-    over threads; running is, for this process, its exact CPU time (``schedstat``'s first field is brought up to
-    date only at scheduler ticks, too coarse for a round of a few milliseconds)."""
-    run, wait, found = 0, 0, False
-    for stat in Path(f"/proc/{pid}/task").glob("*/schedstat"):
+    Waiting is ``schedstat``'s second field (run-queue delay, accounted each time a thread gets a core); running
+    is its first, except for this thread, whose exact CPU time is read (the field is brought up to date for a
+    running thread only at scheduler ticks, too coarse for a round of a few milliseconds)."""
+    me, best, found = str(threading.get_native_id()), 0.0, False
+    for stat in Path("/proc/self/task").glob("*/schedstat"):
         try:
             fields = stat.read_text().split()
-            run, wait, found = run + int(fields[0]), wait + int(fields[1]), True
+            run = time.thread_time_ns() if stat.parent.name == me else int(fields[0])
+            best, found = max(best, (run + int(fields[1])) / 1e9), True
         except (OSError, ValueError, IndexError):
             continue
-    if not found:
-        return None
-    return (time.process_time() if pid == "self" else run / 1e9) + wait / 1e9
+    return best if found else None
 
 
 def _non_dumpable() -> None:
@@ -431,7 +432,6 @@ def main(role: str) -> int:
     prof = None
     replays: dict[str, Any] = {}
     while True:
-        ran_idle = runnable_s()  # blocked from here until the next request: not runnable, unless stopped or woken
         msg, blobs = perfwire.recv(rfd)
         op = msg.get("op")
         if op == "exit":
@@ -469,8 +469,8 @@ def main(role: str) -> int:
         elif op == "round":
             seen: set[str] = set()
             head: dict[str, Any] = {"done": True, "fingerprints": [], "error": ""}
-            sent = msg.get("sent_at")  # the verdict's monotonic clock (one for every process) when it sent this
-            ran0, t_ran = (ran_idle, float(sent)) if isinstance(sent, (int, float)) else (runnable_s(), time.monotonic())
+            ran0, t_ran = runnable_s(), time.monotonic()  # from the request read to "done": the verdict's own waits
+            # for a core (between its clock and its write) are not the worker's, and a busy 2-core machine has many
             outs: list[Any] = []
             inputs: list[tuple] = []
             try:

@@ -379,13 +379,23 @@ SHARED_BYTES = learnerbox.SHARED_BYTES
 """Size of the shared region a worker writes a round's outputs into (sparse: pages exist once written)."""
 
 RAN_SHARE = 0.5
-"""Least share of a clean worker's round (from its request to its "done", by its own clock) that its threads must
+"""Least share of a clean worker's round (from reading the request to its "done", by its own clock) that its threads must
 have been runnable (running, or waiting for a core: :func:`mlsys.course.perfworker.runnable_s`). A round below
 it was not run by the worker for most of its time (stopped, frozen): it is measured again. Waiting for a core
 counts, so a busy machine never fails this check; on a GPU a synchronize spins or yields (CUDA's default
 schedule for a few contexts), which counts as runnable too. With the fake timer it is recorded, not applied.
 The worker measures it itself (the verdict's own clock would count the pipe's and its own wake-ups):
 a clean worker's word is the grader's."""
+
+STOPPED_S = 5e-3
+"""...and the least time a round must have lost (not runnable) to count as not run: an honest cold round of a few
+milliseconds can sleep on a page fault for a good share of itself (0.41 of a 6 ms round measured here, loaded),
+while a stop long enough to matter (round 4: 8 ms in every 10) loses more than this in every round it hits."""
+
+
+def did_not_run(share: float | None, wall_s: float) -> bool:
+    """Whether a clean worker's round was not run by it (see :data:`RAN_SHARE` and :data:`STOPPED_S`)."""
+    return share is not None and share < RAN_SHARE and (1.0 - share) * wall_s > STOPPED_S
 
 
 class _RemoteBox:
@@ -702,7 +712,6 @@ class _Verdict:
                "record_ops": record_ops, "send_outputs": send_outputs, "send_inputs": send_inputs,
                "harness_time": harness_time, "shm": getattr(worker, "shm", None) is not None,
                "same_storage": same_storage}
-        msg["sent_at"] = time.monotonic()  # a clean worker's RAN_SHARE counts from here: a stop before it reads counts
         t0 = self.clock()
         worker.send(msg)
         head, _ = worker.recv(dl)
@@ -937,7 +946,7 @@ def _clean_window(v: _Verdict, base_worker: Any, prep: _Prepared, n: int, trace:
         base = v.window(base_worker, prep.base_fn, prep.case, prep.shapes, v.seeds(n), trace=trace, record_ops=rec)
         if base.ran_share is not None:
             prep.ran.append(round(base.ran_share, 3))
-        if v.fake or base.ran_share is None or base.ran_share >= RAN_SHARE:
+        if v.fake or not did_not_run(base.ran_share, base.wall_s):
             return base
     raise _Refused(f"the grader's baseline worker did not run during {tries} of its rounds (runnable for "
                    f"{min(prep.ran[-tries:]):.0%} of a round at most): something stopped it, so no share can be measured")
