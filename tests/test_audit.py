@@ -207,3 +207,34 @@ def test_the_graders_modules_through_a_name_the_course_imported_are_flagged():
     flags = audit_source("out = grading.run_isolated(f, a)\nok = mlsys.course.device.triton_interpreted()\n"
                          "grading.assert_close(out, a)\nfrom mlsys.course.grading import GradingError\n", 1, course)
     assert [(f.line, f.kind) for f in flags] == [(1, "introspection")], flags
+
+
+_KERNEL_HEAD = "import triton\nimport triton.language as tl\n"
+
+
+@pytest.mark.parametrize("src, kind, what", [
+    # round 4: a library known only through an assignment, an attribute or a subscript passed unflagged
+    (_KERNEL_HEAD + "import torch\n_t = torch\n@triton.jit\ndef k(x_ptr):\n    x = tl.load(x_ptr)\n    y = _t.matmul(x, x)\n",
+     "kernel", "calls torch.matmul()"),
+    ("import torch\n_u = torch.utils\nm = _u._python_dispatch\n", "introspection", "torch.utils._python_dispatch"),
+    ("import builtins\ng = getattr(builtins, 'get' + 'attr')\nimport torch\nf = g(torch, 'mat' + 'mul')\n",
+     "dynamic", "getattr(torch, ...)"),
+    (_KERNEL_HEAD + "import numpy as np\nclass blocks:\n    mac = staticmethod(lambda a, b, acc: acc + np.dot(a, b))\n"
+     "@triton.jit\ndef k(a_ptr, b_ptr):\n    a = tl.load(a_ptr)\n    acc = tl.zeros((16, 16), tl.float32)\n"
+     "    acc = blocks.mac(a, a, acc)\n    tl.store(a_ptr, acc.to(tl.float16))\n", "kernel", "calls blocks.mac()"),
+    (_KERNEL_HEAD + "import torch\nOPS = {'softmax': torch.softmax}\n@triton.jit\ndef k(x_ptr):\n    x = tl.load(x_ptr)\n"
+     "    y = OPS['softmax'](x)\n", "kernel", "torch.softmax[...]()"),
+    (_KERNEL_HEAD + "import numpy as np\nalias = np\nsecond = alias\n@triton.jit\ndef k(x_ptr):\n    x = tl.load(x_ptr)\n"
+     "    y = second.dot(x, x)\n", "kernel", "numpy.dot()"),
+])
+def test_names_are_resolved_through_assignments_attributes_and_subscripts(src, kind, what):
+    flags = audit_source(src)
+    assert any(f.kind == kind and what in f.what for f in flags), [str(f) for f in flags]
+
+
+def test_a_kernel_of_triton_calls_and_its_own_values_methods_is_not_flagged():
+    src = (_KERNEL_HEAD + "@triton.jit\ndef k(x_ptr, n, BLOCK: tl.constexpr):\n    pid = tl.program_id(0)\n"
+           "    offs = pid * BLOCK + tl.arange(0, BLOCK)\n    x = tl.load(x_ptr + offs, mask=offs < n)\n"
+           "    acc = tl.zeros((BLOCK,), tl.float32) + x.to(tl.float32)\n    m = tl.max(acc, axis=0)\n"
+           "    tl.store(x_ptr + offs, (acc - m).to(tl.float16), mask=offs < n)\n    q = min(1, tl.cdiv(n, BLOCK))\n")
+    assert audit_source(src) == []

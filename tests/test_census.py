@@ -70,19 +70,22 @@ def test_a_checks_own_child_is_allowed_but_its_child_and_orphans_are_not(tmp_pat
     assert sorted(seen) == [(6, "test_matmul"), (7, "test_matmul")]
 
 
-def test_compilers_and_compile_workers_are_harmless_by_what_runs(tmp_path):
+def test_compilers_are_harmless_by_what_runs_and_no_name_buys_an_exemption(tmp_path):
+    """A compiler is known by its executable (a link the kernel sets); a process whose arguments name torch's
+    compile worker is counted like any other (round 4: a helper started as
+    ``python helper.py torch/_inductor/compile_worker/__main__.py`` did a test's work unseen)."""
     _tree(tmp_path)
     worker = "/venv/lib/python3.11/site-packages/torch/_inductor/compile_worker/__main__.py"
     _proc(tmp_path, 4, 3, ["/venv/bin/python", worker, "--workers=2"], "/usr/bin/python3.11")
     _proc(tmp_path, 5, 4, ["/venv/bin/python", worker, "--workers=2"], "/usr/bin/python3.11")
     _proc(tmp_path, 6, 3, ["ptxas", "-arch=sm_90"], "/venv/lib/python3.11/site-packages/triton/backends/nvidia/bin/ptxas")
-    # a learner's process that only *says* it is one: the interpreter runs -c, or its executable cannot be read
     _proc(tmp_path, 7, 3, ["/venv/bin/python", "-c", "work()", worker], "/usr/bin/python3.11")
-    _proc(tmp_path, 8, 3, ["ptxas"], None)
+    _proc(tmp_path, 8, 3, ["ptxas"], None)  # its executable cannot be read: not taken for a compiler
     cen, seen = _census(tmp_path)
     cen.test("test_fused", kernel=3)
     cen.look()
-    assert sorted(seen) == [(7, "test_fused"), (8, "test_fused")]
+    cen.look()
+    assert sorted(seen) == [(4, "test_fused"), (5, "test_fused"), (7, "test_fused"), (8, "test_fused")]
 
 
 def test_nothing_is_judged_while_the_kernel_runs_a_cell(tmp_path):

@@ -8,6 +8,7 @@ namespaces disabled); the error-path tests run everywhere.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -319,3 +320,61 @@ def test_where_no_cgroup_can_be_made_the_note_says_so_and_per_process_caps_still
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split() == ["refused", "small", "ok"], proc.stdout  # 3 GiB over a 2 GiB cap; 100 MiB under it
+
+
+def test_a_submissions_writes_are_capped_in_all_not_only_per_file(tmp_path, site):
+    """Round 4: one submission wrote 2.1 GB into the grader's disk in files each under the per-file cap. Its
+    scratch is a tmpfs of a fixed size (a root grader): the third 4 MiB file of an 8 MiB scratch does not fit."""
+    _bwrap_or_skip()
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    if not sandbox.scratch_fs(scratch, size=8 * 2**20):
+        pytest.skip("this grader cannot mount a tmpfs (not root): the per-file cap is all there is")
+    try:
+        sandbox.own_scratch(scratch)
+        code = ("import errno\nwritten = 0\nfor i in range(3):\n    try:\n"
+                "        open(f'f{i}', 'wb').write(b'x' * (4 << 20))\n        written += 1\n"
+                "    except OSError as exc:\n        print('refused', errno.errorcode[exc.errno])\nprint('written', written)\n")
+        proc = subprocess.run(sandbox.command([sys.executable, "-c", code], scratch, site), capture_output=True,
+                              text=True, timeout=120, cwd=scratch)
+        assert "refused ENOSPC" in proc.stdout and "written 2" in proc.stdout, proc.stdout + proc.stderr
+    finally:
+        sandbox.release_scratch(scratch)
+
+
+def test_only_the_slots_gpu_nodes_are_bound(monkeypatch):
+    """Under --jobs N a sandbox gets the driver's control nodes and its slot's GPU only, never a neighbour's."""
+    every = ["/dev/nvidia0", "/dev/nvidia1", "/dev/nvidia2", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools",
+             "/dev/nvidia-modeset", "/dev/nvidia-caps/nvidia-cap1"]
+    monkeypatch.setattr(sandbox.Path, "glob", lambda self, pattern: [sandbox.Path(p) for p in every])
+    assert sandbox.gpu_nodes("1") == ["/dev/nvidia-caps/nvidia-cap1", "/dev/nvidia-modeset", "/dev/nvidia-uvm",
+                                      "/dev/nvidia-uvm-tools", "/dev/nvidia1", "/dev/nvidiactl"]
+    assert "/dev/nvidia0" not in sandbox.gpu_nodes("") and "/dev/nvidia2" not in sandbox.gpu_nodes("")
+    assert sandbox.gpu_nodes("GPU-1234abcd") == sorted(every)  # a UUID names no node: no slot to keep to
+
+
+def test_a_sandbox_cannot_widen_its_cores_past_its_cgroups_cpuset(tmp_path, site):
+    """Round 4: a submission widened its affinity to the neighbour's core (taskset is undoable from inside). The
+    sandbox's cgroup holds the slot's cores as a cpuset, which sched_setaffinity inside cannot reach past."""
+    _bwrap_or_skip()
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("one core here: nothing to widen to")
+    mine = os.sched_getaffinity(0)
+    one = {min(mine)}
+    os.sched_setaffinity(0, one)  # the slot's share, as teach's taskset gives it
+    try:
+        cgroup = sandbox.Cgroup.create(sandbox.Limits())
+    finally:
+        os.sched_setaffinity(0, mine)
+    if cgroup is None or not any("cpuset" in str(p) or (p / "cpuset.cpus").is_file() for p in cgroup.paths):
+        pytest.skip(f"no cpuset cgroup can be made here: {sandbox.cgroup_note() or 'cpuset controller not delegated'}")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    code = (f"import os\ntry:\n    os.sched_setaffinity(0, {sorted(mine)!r})\nexcept OSError as exc:\n    print('refused', exc)\n"
+            "print(sorted(os.sched_getaffinity(0)))\n")
+    try:
+        proc = subprocess.run(sandbox.command([sys.executable, "-c", code], scratch, site, cgroup=cgroup),
+                              capture_output=True, text=True, timeout=120)
+    finally:
+        cgroup.close()
+    assert proc.stdout.strip().splitlines()[-1] == str(sorted(one)), proc.stdout + proc.stderr

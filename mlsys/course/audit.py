@@ -143,6 +143,14 @@ _KERNEL_BUILTINS = frozenset({"range", "min", "max", "len", "int", "float", "boo
                               "zip", "enumerate", "tuple", "list", "static_range", "static_print", "static_assert",
                               "constexpr", "cdiv", "next_power_of_2"})
 """Names a Triton kernel may call besides the language (``tl.*``) and the notebook's other kernels."""
+_TL_METHODS = frozenset({
+    "T", "abs", "advance", "argmax", "argmin", "associative_scan", "atomic_add", "atomic_and", "atomic_cas",
+    "atomic_max", "atomic_min", "atomic_or", "atomic_xchg", "atomic_xor", "broadcast_to", "cast", "cdiv", "ceil",
+    "cos", "cumprod", "cumsum", "erf", "exp", "exp2", "expand_dims", "flip", "floor", "gather", "histogram", "log",
+    "log2", "logical_and", "logical_or", "max", "min", "permute", "ravel", "reduce", "reduce_or", "reshape", "rsqrt",
+    "sigmoid", "sin", "softmax", "sort", "split", "sqrt", "sqrt_rn", "store", "sum", "to", "trans", "view", "xor_sum",
+    "load", "scatter", "atomic_fetch_add"})  # the last: a tensor descriptor's (tl.make_tensor_descriptor)
+"""Methods of a Triton tensor (``dir(triton.language.tensor)``): what a kernel may call on a value of its own."""
 
 
 @dataclass(frozen=True)
@@ -238,12 +246,14 @@ class Auditor(ast.NodeVisitor):
     """Walks one cell's syntax tree and collects :class:`Flag` records (see the module doc)."""
 
     def __init__(self, cell: int = 0, course_names: dict[str, str] | None = None,
-                 jit_names: frozenset[str] = frozenset()) -> None:
+                 jit_names: frozenset[str] = frozenset(), imported: dict[str, set[str]] | None = None) -> None:
         self.cell = cell
+        self.imported = imported or {}  # names any cell of the notebook imports -> what they name
         self.jit_names = jit_names  # the notebook's @triton.jit functions: what a kernel may call
         self.course_names = course_names or {}  # names the course's own cells import -> what they name
         self.flags: list[Flag] = []
         self.aliases: dict[str, str] = {}  # local name -> dotted origin (a module or an object in one)
+        self.containers: dict[str, dict[str, str]] = {}  # a dict/list/tuple of library objects, by key
         self._called: set[int] = set()  # the func nodes of calls (set by run)
 
     # -- helpers
@@ -273,8 +283,62 @@ class Auditor(ast.NodeVisitor):
             elif isinstance(node, ast.ImportFrom) and node.module:
                 for a in node.names:
                     self.aliases[a.asname or a.name] = f"{node.module}.{a.name}"
+        self.bind_assignments(tree)
         self.visit(tree)
         return self.flags
+
+    def resolve(self, node: ast.AST) -> str | None:
+        """What ``node`` names when it is a library, a part of one, or a look-up builtin: through imports and the
+        assignments :meth:`bind_assignments` follows (``_t = torch``; ``_u = torch.utils``; ``g = getattr``;
+        ``f = getattr(torch, "mat" + "mul")``; ``b = __builtins__["getattr"]``), else None."""
+        if isinstance(node, ast.Name) and node.id in _LOOKUP_BUILTINS and node.id not in self.aliases:
+            return f"builtins.{node.id}"
+        if isinstance(node, ast.Call) and _dotted(node.func) is not None and len(node.args) >= 2:
+            fn = self.origin(_dotted(node.func))
+            if fn in ("getattr", "builtins.getattr"):
+                base, attr = self.resolve(node.args[0]), _folded(node.args[1])
+                return f"{base}.{attr}" if base and attr else None
+        if isinstance(node, ast.Subscript):
+            base, key = self.origin(_dotted(node.value)), _folded(node.slice)
+            if base in ("__builtins__", "builtins.__dict__", "__builtins__.__dict__", "vars()") and key:
+                return f"builtins.{key}"
+            held = self.containers.get(node.value.id, {}) if isinstance(node.value, ast.Name) else {}
+            return (held.get(key) if key else None) or next(iter(held.values()), None)
+        full = self.origin(_dotted(node))
+        if not full:
+            return None
+        head = full.split(".")[0]
+        if head in ALLOWED_MODULES or head in _MODULE_KIND or head == "builtins" or full.startswith("__builtins__"):
+            return full
+        return None
+
+    def bind_assignments(self, tree: ast.AST) -> None:
+        """Follow plain assignments of a library (or a part of one) to a name, and containers of them
+        (``OPS = {"softmax": torch.softmax}``), so that the visitors judge ``_t.matmul`` as ``torch.matmul`` and
+        ``OPS["softmax"](x)`` as ``torch.softmax(x)``. Repeated until nothing new binds (a chain of aliases)."""
+        for _ in range(5):
+            before = (dict(self.aliases), {k: dict(v) for k, v in self.containers.items()})
+            for node in ast.walk(tree):
+                if isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr)) and node.value is not None:
+                    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                    for t in targets:
+                        if isinstance(t, ast.Name):
+                            self._bind(t.id, node.value)
+            if (self.aliases, self.containers) == before:
+                break
+
+    def _bind(self, name: str, value: ast.AST) -> None:
+        if isinstance(value, (ast.Dict, ast.List, ast.Tuple, ast.Set)):
+            keys = value.keys if isinstance(value, ast.Dict) else [ast.Constant(str(i)) for i in range(len(value.elts))]
+            values = value.values if isinstance(value, ast.Dict) else value.elts
+            held = {(_folded(k) if k is not None else None) or str(i): r
+                    for i, (k, v) in enumerate(zip(keys, values, strict=False)) if (r := self.resolve(v))}
+            if held:
+                self.containers[name] = held
+            return
+        full = self.resolve(value)
+        if full and self.aliases.get(name) != full and name not in ("self", "cls"):
+            self.aliases[name] = full
 
     def rebinds(self, node: ast.AST, name: str, origin: str | None = None) -> None:
         """Flag a top-level rebinding of a name the course imported (``grading = ...``), unless it names the same thing."""
@@ -375,21 +439,45 @@ class Auditor(ast.NodeVisitor):
         anything else (NumPy, torch, math, a plain function of the notebook, the interpreter's ``.handle``) runs
         only under the interpreter, where it computes outside the kernel unrecorded. (Its decorators run on the
         host: not read here.)"""
+        local = {a.arg for a in [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]}
+        local |= {n.id for stmt in node.body for n in ast.walk(stmt) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
         for sub in (n for stmt in node.body for n in ast.walk(stmt)):
             if isinstance(sub, ast.Attribute) and sub.attr == "handle":
                 self.flag(sub, "kernel", f"the Triton kernel {node.name} uses .handle (the interpreter's data behind "
                                          "a Triton tensor)")
-            if not isinstance(sub, ast.Call):
-                continue
-            full = self.origin(_dotted(sub.func)) or ""
-            head = full.split(".")[0]
-            if head in ALLOWED_MODULES | set(_MODULE_KIND) and not full.startswith(("triton.", "tl.")) and head != "triton":
-                self.flag(sub, "kernel", f"the Triton kernel {node.name} calls {full}() (Python that runs only "
-                                         "under the interpreter, outside the kernel's record)")
-            elif (isinstance(sub.func, ast.Name) and sub.func.id not in self.jit_names
-                  and sub.func.id not in _KERNEL_BUILTINS and head not in ALLOWED_MODULES):
-                self.flag(sub, "kernel", f"the Triton kernel {node.name} calls {sub.func.id}(), which is not a Triton "
-                                         "kernel (Python that runs only under the interpreter)")
+            if isinstance(sub, ast.Call):
+                why = self.kernel_call(sub, local)
+                if why:
+                    self.flag(sub, "kernel", f"the Triton kernel {node.name} calls {why} (Python that runs only "
+                                             "under the interpreter, outside the kernel's record)")
+
+    def kernel_call(self, call: ast.Call, local: set[str]) -> str | None:
+        """Why a call in a kernel's body is not Triton (None where it is): the language (``tl.*`` or any name that
+        resolves into ``triton``), the notebook's kernels, a few builtins, or a Triton tensor's method on a value
+        of the kernel's own. Anything else (a library, a plain function, a method of an object from outside,
+        a call through a subscript) runs only under the interpreter."""
+        func = call.func
+        if isinstance(func, ast.Subscript):
+            return f"{self.resolve(func) or _dotted(func.value) or 'a value'}[...]()"
+        full = self.resolve(func) or self.origin(_dotted(func)) or ""
+        head, _, rest = full.partition(".")
+        elsewhere = self.imported.get(head, set()) | ({self.course_names[head]} if head in self.course_names else set())
+        if head not in self.aliases and elsewhere:  # a name another cell imported (tl): every binding must be Triton's
+            if all(o.split(".")[0] == "triton" for o in elsewhere):
+                return None
+            full = sorted(elsewhere)[0] + (f".{rest}" if rest else "")
+        if full.split(".")[0] == "triton":
+            return None
+        if isinstance(func, ast.Name):
+            ok = func.id in self.jit_names or (func.id in _KERNEL_BUILTINS and func.id not in self.aliases)
+            return None if ok else f"{full or func.id}()"
+        if isinstance(func, ast.Attribute) and func.attr in _TL_METHODS:
+            root = func.value
+            while isinstance(root, (ast.Attribute, ast.Subscript, ast.Call)):
+                root = root.func if isinstance(root, ast.Call) else root.value
+            if not isinstance(root, ast.Name) or root.id in local:
+                return None  # a method of a value the kernel made: acc.to(...), tl.load(p).sum()
+        return f"{full or _dotted(func) or 'an expression'}()"
 
     visit_AsyncFunctionDef = visit_FunctionDef
 
@@ -431,11 +519,7 @@ class Auditor(ast.NodeVisitor):
             elif name.startswith(("threading.", "concurrent.", "_thread.", "asyncio.")) or name in (
                     "multiprocessing.Process", "multiprocessing.Pool"):
                 self.flag(node, "concurrency", f"{name}() (a thread or task)")
-            if short in ("vars", "getattr", "hasattr") and name == short and node.args:
-                target = node.args[0]
-                if short == "vars" or self.is_library(target) or (
-                        short == "getattr" and len(node.args) > 1 and not isinstance(node.args[1], ast.Constant)):
-                    self.flag(node, "dynamic", f"{short}({_dotted(target) or '...'}, ...) on a module or object")
+            self.lookup(node, name, short)
             if kind:
                 if short in ("setattr", "delattr") and node.args and not self.is_library(node.args[0]):
                     # on an object of the learner's own: flagged only where the name replaces a course function or a
@@ -453,6 +537,14 @@ class Auditor(ast.NodeVisitor):
             if name.endswith((".events.register", ".events.unregister")):
                 self.flag(node, "introspection", f"{name}() (an IPython event hook)")
         self.generic_visit(node)
+
+    def lookup(self, node: ast.Call, name: str, short: str) -> None:
+        """``vars(x)``, or ``getattr``/``hasattr`` on a library or by a name not written out, under any alias."""
+        if short in ("vars", "getattr", "hasattr") and name in (short, f"builtins.{short}") and node.args:
+            target = node.args[0]
+            if short == "vars" or self.is_library(target) or (
+                    short == "getattr" and len(node.args) > 1 and not isinstance(node.args[1], ast.Constant)):
+                self.flag(node, "dynamic", f"{short}({_dotted(target) or '...'}, ...) on a module or object")
 
     def grader_module(self, dotted: str | None) -> str | None:
         """The course's grading module that ``dotted`` reaches (through an import of this cell or of the course's
@@ -576,7 +668,7 @@ def jit_names(sources: list[str]) -> frozenset[str]:
 
 
 def audit_source(source: str, cell: int = 0, course: dict[str, str] | None = None,
-                 jit: frozenset[str] | None = None) -> list[Flag]:
+                 jit: frozenset[str] | None = None, imported: dict[str, set[str]] | None = None) -> list[Flag]:
     """Flags for one cell's source (IPython syntax allowed); ``course``: names the course's cells import
     (:func:`course_names`), whose rebinding is flagged; ``jit``: the notebook's Triton kernels (default: this
     cell's)."""
@@ -597,7 +689,7 @@ def audit_source(source: str, cell: int = 0, course: dict[str, str] | None = Non
     except SyntaxError as exc:
         return flags + [Flag(cell, exc.lineno or 0, "syntax", f"does not parse: {exc.msg}")]
     kernels = jit if jit is not None else jit_names([source])
-    return _dedupe(flags + Auditor(cell, course, kernels).run(tree))
+    return _dedupe(flags + Auditor(cell, course, kernels, imported).run(tree))
 
 
 def _dedupe(flags: list[Flag]) -> list[Flag]:
@@ -636,6 +728,7 @@ def audit_notebook(nb: dict[str, Any], given: dict[str, Any] | None = None) -> l
     seen: set[str] = set()
     names = course_names(given)
     kernels = jit_names([_text(c) for c in nb.get("cells", []) if c.get("cell_type") == "code"])
+    imports = notebook_imports([_text(c) for c in nb.get("cells", []) if c.get("cell_type") == "code"])
     flags: list[Flag] = []
     code_index = -1
     for cell in nb.get("cells", []):
@@ -650,8 +743,26 @@ def audit_notebook(nb: dict[str, Any], given: dict[str, Any] | None = None) -> l
             continue
         if _text(cell) in released:
             continue
-        flags += audit_source(_text(cell), code_index, names, kernels)
+        flags += audit_source(_text(cell), code_index, names, kernels, imports)
     return flags
+
+
+def notebook_imports(sources: list[str]) -> dict[str, set[str]]:
+    """Every name the cells bind by import, with what it names (a notebook's cells share one namespace)."""
+    out: dict[str, set[str]] = {}
+    for src in sources:
+        try:
+            tree = ast.parse("\n".join("" if _MAGIC.match(ln) else ln for ln in src.splitlines()))
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    out.setdefault(a.asname or a.name.split(".")[0], set()).add(a.name if a.asname else a.name.split(".")[0])
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                for a in node.names:
+                    out.setdefault(a.asname or a.name, set()).add(f"{node.module}.{a.name}")
+    return out
 
 
 def format_flags(flags: list[Flag], limit: int = 8) -> str:

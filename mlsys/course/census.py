@@ -12,8 +12,13 @@ alive are:
 * the sandbox's init (PID 1), the grader, its ancestors and its own children (the kernel among them);
 * the kernel's children born during that test cell (the checks' own: the guarded call's child on a CPU,
   Lab 4's ranks), and never their children;
-* compilers a Triton kernel's build runs (``ptxas``, ``gcc``...; identified by the executable itself) and
-  torch.compile's compile workers (the interpreter running ``torch._inductor.compile_worker``).
+* compilers a Triton kernel's build runs (``ptxas``, ``gcc``...; identified by the executable itself, a link
+  the kernel sets, not by a name the process gives itself).
+
+torch.compile's compile workers are not on that list: a process's arguments are the learner's to write
+(``python helper.py torch/_inductor/compile_worker/__main__.py``), and a real compile worker runs whatever
+its parent sends it. A sandbox sets ``TORCHINDUCTOR_COMPILE_THREADS=1`` (:func:`mlsys.course.sandbox.command`),
+so torch.compile compiles in the learner's own process and honest work starts no such process at all.
 
 Anything else (a kernel child that was already alive when the test cell started, a grandchild, an
 orphan re-parented to PID 1) alive at two looks in a row is a **stranger**, reported once with its
@@ -41,9 +46,6 @@ POLL_S = 0.1
 TOOLCHAIN = frozenset({"ptxas", "gcc", "cc", "cc1", "cc1plus", "as", "ld", "ld.bfd", "ld.gold", "collect2", "clang",
                        "ldconfig", "ldconfig.real", "nvdisasm", "cuobjdump"})
 """Executables a Triton kernel's build (or ``ctypes.util.find_library``) runs: they run no learner code."""
-
-_COMPILE_WORKER = "torch/_inductor/compile_worker/__main__.py"
-
 
 @dataclass(frozen=True)
 class Proc:
@@ -82,11 +84,8 @@ def processes(proc: Path = Path("/proc")) -> dict[int, Proc]:
 
 
 def _harmless(p: Proc) -> bool:
-    """A compiler, or torch.compile's compile worker: identified by what runs, not by what it says it is."""
-    exe = p.exe.removesuffix(" (deleted)")
-    if os.path.basename(exe) in TOOLCHAIN:
-        return True
-    return "python" in os.path.basename(exe) and len(p.argv) > 1 and p.argv[1].endswith(_COMPILE_WORKER)
+    """A compiler: identified by the executable that runs (``/proc/<pid>/exe``), never by its arguments."""
+    return os.path.basename(p.exe.removesuffix(" (deleted)")) in TOOLCHAIN
 
 
 def _ancestors(pid: int, procs: dict[int, Proc]) -> set[int]:

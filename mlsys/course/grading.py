@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..runtime.device import has_cuda  # the tier rule: performance is graded only where this is True
+from . import policy
 
 __all__ = [
     "Points",
@@ -479,30 +480,14 @@ def assert_no_library_calls(fn: Callable[..., Any], forbidden: Iterable[str] = F
                 assert_no_library_calls(inner, forbidden, label, _depth=_depth - 1, _seen=seen)
 
 
-MATMUL_OPS: frozenset[str] = frozenset({
-    "aten::mm", "aten::bmm", "aten::addmm", "aten::matmul", "aten::baddbmm", "aten::addbmm", "aten::addmv",
-    "aten::mv", "aten::dot", "aten::vdot", "aten::linear", "aten::einsum", "aten::tensordot", "aten::_scaled_mm",
-    "aten::inner", "aten::outer", "aten::addr", "aten::_addmm_activation", "aten::chain_matmul",
-    "aten::*scaled_dot_product*", "aten::*flash_attention*", "aten::*efficient_attention*", "aten::*cudnn_attention*",
-    # matmuls by other names: every *mm (_int_mm, _sparse_mm, mkldnn's...), and convolutions (a 1x1 convolution is
-    # a matmul: conv1d(a.t()[None], b.t()[:, :, None]) is a @ b)
-    "aten::*mm", "aten::*_mm*", "aten::*matmul*", "aten::*gemm*", "aten::conv*", "aten::*convolution*",
-})
-"""Dispatched operations that are a library matmul or attention, however they were reached."""
+MATMUL_OPS: frozenset[str] = policy.MATMUL
+"""Dispatched operations that are a library matmul or attention, however they were reached
+(:data:`mlsys.course.policy.MATMUL`: the one table the verdict process judges by too)."""
 
-_ALLOWED_OPS = (
-    "aten::empty*", "aten::zeros*", "aten::ones*", "aten::full*", "aten::arange*", "aten::new_*", "aten::fill_*",
-    "aten::zero_", "aten::copy_", "aten::clone", "aten::contiguous", "aten::view*", "aten::reshape",
-    "aten::_reshape_alias", "aten::as_strided*", "aten::t", "aten::transpose*", "aten::permute", "aten::expand*",
-    "aten::unsqueeze*", "aten::squeeze*", "aten::select*", "aten::slice*", "aten::detach*", "aten::alias",
-    "aten::_to_copy", "aten::to", "aten::lift_fresh*", "aten::resize_", "aten::set_", "aten::unbind*", "aten::split*",
-    "aten::chunk", "aten::narrow*", "aten::stride", "aten::size", "aten::numel", "aten::dim", "aten::is_contiguous",
-    "aten::_unsafe_view", "aten::flatten*", "aten::unflatten",
-)
-"""Operations a hand-written kernel's launcher may dispatch: allocation, views, copies. Not a tensor's values read
-on the host (``float(x[i])``, ``.item()``, ``x == y``: ``aten::_local_scalar_dense``, ``aten::is_nonzero``,
-``aten::equal``), which is how a launcher computes the result in plain Python beside a token kernel; the
-instructor's launchers dispatch none of them (tests/gpu_runs/launcher_ops.py)."""
+_ALLOWED_OPS = policy.COMPUTE_ALLOWED
+"""Operations a hand-written kernel's launcher may dispatch: allocation, views, copies
+(:data:`mlsys.course.policy.COMPUTE_ALLOWED`). Not a tensor's values read on the host (``float(x[i])``,
+``.item()``, ``x == y``), which is how a launcher computes the result in plain Python beside a token kernel."""
 
 
 def course_modules_except(*allowed: str) -> frozenset[str]:
@@ -521,7 +506,8 @@ def course_modules_except(*allowed: str) -> frozenset[str]:
 def forbidden_ops(forbidden: Iterable[str]) -> tuple[frozenset[str], bool]:
     """The dispatched-op patterns that ``forbidden`` (source-level names) implies, and whether every
     compute op is forbidden (``torch.*``). ``c10d::*`` (a collective through any route, a process
-    group's method included) is forbidden with ``torch.distributed.*`` or ``torch.*``."""
+    group's method included) is forbidden with ``torch.distributed.*`` or ``torch.*``; a matmul exercise
+    refuses what :func:`mlsys.course.policy.is_forbidden` refuses for ``"matmul"`` (collectives included)."""
     forbidden = frozenset(forbidden)
     pats: set[str] = set()
     if forbidden & {"@", "torch.matmul", "torch.mm"} or any(p.startswith("torch.nn.functional") for p in forbidden):
@@ -551,6 +537,7 @@ def _check_dispatched_ops(fn: Any, forbidden: Iterable[str], label: str, extra: 
     from .proxy import RECORD_OVERFLOW, TO_NUMPY
 
     pats, every = forbidden_ops(forbidden)
+    matmul = MATMUL_OPS <= pats  # a matmul exercise: judged by the one table (mlsys.course.policy), collectives too
     python = _python_patterns(forbidden)
     for op in sorted({*fn.ops, *extra}):
         if op.startswith("py:"):
@@ -565,7 +552,7 @@ def _check_dispatched_ops(fn: Any, forbidden: Iterable[str], label: str, extra: 
                 raise GradingError(f"{label}: this exercise asks you to implement the computation yourself, but running "
                                    f"it {what}; write it without library routines")
             continue
-        bad = any(fnmatch.fnmatchcase(op, p) for p in pats)
+        bad = any(fnmatch.fnmatchcase(op, p) for p in pats) or (matmul and policy.is_forbidden("matmul", op))
         if every and not any(fnmatch.fnmatchcase(op, p) for p in _ALLOWED_OPS):
             bad = True  # any namespace: a custom op (torch.library) hides the aten ops it runs from the record
         if bad:

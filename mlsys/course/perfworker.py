@@ -35,10 +35,12 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
+from pathlib import Path
 from typing import Any
 
-from . import perfwire
+from . import perfwire, policy
 
 __all__ = ["make_inputs", "run_calls", "fingerprint", "exec_cells", "join_group", "op_name", "C10D_NAMESPACES", "main"]
 
@@ -193,15 +195,16 @@ def _count_triton_launches() -> None:
     interpreter.GridExecutor.__call__ = call
 
 
-C10D_NAMESPACES = ("c10d", "_c10d_functional", "c10d_functional", "_dtensor")
+C10D_NAMESPACES = policy.C10D_NAMESPACES
 """Operator namespaces of torch.distributed: their ops are recorded as ``namespace:name``."""
 
 
 def op_name(schema_name: str) -> str:
-    """``aten::mm`` -> ``mm``; ``c10d::allreduce_`` -> ``c10d:allreduce_`` (a collective keeps its namespace,
-    so a dispatched all-reduce is never mistaken for, or hidden behind, an aten op of the same name)."""
+    """``aten::mm`` -> ``mm``; ``c10d::allreduce_`` -> ``c10d::allreduce_`` (a collective keeps its namespace, in
+    the one spelling of :mod:`mlsys.course.policy`, so a dispatched all-reduce is never mistaken for, or hidden
+    behind, an aten op of the same name)."""
     ns, _, name = schema_name.rpartition("::")
-    return f"{ns}:{name}" if ns in C10D_NAMESPACES else name
+    return f"{ns}::{name}" if ns in C10D_NAMESPACES else name
 
 
 def _recorder(torch: Any, seen: set[str]) -> Any:
@@ -368,6 +371,25 @@ def _load(torch: Any, wfd: int, msg: dict[str, Any], blobs: list[Any], replays: 
         perfwire.send(wfd, {"loaded": None, "error": f"{type(exc).__name__}: {str(exc)[:400]}"})
 
 
+def runnable_s() -> float | None:
+    """Seconds this process's busiest thread has been running or waiting for a core, or None where the kernel does
+    not say. Time stopped, frozen or asleep is not in it; time lost to a busy machine is. The busiest thread, not
+    the sum: torch's worker threads would add up to more than the wall time and hide a stop.
+
+    Waiting is ``schedstat``'s second field (run-queue delay, accounted each time a thread gets a core); running
+    is its first, except for this thread, whose exact CPU time is read (the field is brought up to date for a
+    running thread only at scheduler ticks, too coarse for a round of a few milliseconds)."""
+    me, best, found = str(threading.get_native_id()), 0.0, False
+    for stat in Path("/proc/self/task").glob("*/schedstat"):
+        try:
+            fields = stat.read_text().split()
+            run = time.thread_time_ns() if stat.parent.name == me else int(fields[0])
+            best, found = max(best, (run + int(fields[1])) / 1e9), True
+        except (OSError, ValueError, IndexError):
+            continue
+    return best if found else None
+
+
 def _non_dumpable() -> None:
     try:
         import ctypes
@@ -388,9 +410,12 @@ def main(role: str) -> int:
             import mmap
 
             fd, size = (int(x) for x in arg.removeprefix("--shm=").split(":"))
-            shm = mmap.mmap(fd, size)
+            try:
+                shm = mmap.mmap(fd, size)
+            except OSError:  # no room under the sandbox's address-space cap (CPU runs): outputs cross the pipe
+                shm = None
     if role in ("baseline", "replay"):
-        _non_dumpable()  # the learner worker (same uid) cannot reach into the baseline's process
+        _non_dumpable()  # where the learner worker shares its uid (no sandbox), it cannot reach into the baseline
     if "--fake" in sys.argv:
         os.environ["TRITON_INTERPRET"] = "1"
     from ..runtime.device import setup
@@ -444,6 +469,8 @@ def main(role: str) -> int:
         elif op == "round":
             seen: set[str] = set()
             head: dict[str, Any] = {"done": True, "fingerprints": [], "error": ""}
+            ran0, t_ran = runnable_s(), time.monotonic()  # from the request read to "done": the verdict's own waits
+            # for a core (between its clock and its write) are not the worker's, and a busy 2-core machine has many
             outs: list[Any] = []
             inputs: list[tuple] = []
             try:
@@ -460,6 +487,9 @@ def main(role: str) -> int:
                 head["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
                 outs = []
             head["ops"] = sorted(seen)
+            ran1, t_end = runnable_s(), time.monotonic()
+            if ran0 is not None and ran1 is not None and t_end > t_ran:  # read by the verdict from clean workers only
+                head["ran_share"] = (ran1 - ran0) / (t_end - t_ran)
             perfwire.send(wfd, head)
             if msg.get("send_outputs") and not head["error"]:
                 shared = perfwire.tensors_to_shared(outs, shm) if shm is not None and msg.get("shm") else None
@@ -483,5 +513,25 @@ def main(role: str) -> int:
             perfwire.send(wfd, {"error": f"unknown op {op!r}"})
 
 
+def ranks(spec: str, fake: bool) -> int:
+    """Start one learner worker per ``IN:OUT:REGION`` descriptor triple of ``spec`` (comma-separated), each
+    with IN as its standard input and OUT as its standard output, and wait for them: how the learner's
+    sandbox (:mod:`mlsys.course.learnerbox`) starts its workers on the pipes the grader made for it."""
+    import subprocess
+
+    procs = []
+    for part in spec.split(","):
+        fd_in, fd_out, shm = (int(x) for x in part.split(":"))
+        argv = [sys.executable, "-P", "-m", "mlsys.course.perfworker", "learner"] + (["--fake"] if fake else [])
+        if shm >= 0:
+            argv.append(f"--shm={shm}:{os.fstat(shm).st_size}")
+        procs.append(subprocess.Popen(argv, stdin=fd_in, stdout=fd_out, pass_fds=(shm,) if shm >= 0 else ()))
+        for fd in (fd_in, fd_out, *((shm,) if shm >= 0 else ())):
+            os.close(fd)
+    return max((p.wait() for p in procs), default=0)
+
+
 if __name__ == "__main__":
+    if len(sys.argv) > 2 and sys.argv[1] == "ranks":
+        sys.exit(ranks(sys.argv[2], "--fake" in sys.argv))
     sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else "learner"))

@@ -29,7 +29,11 @@ outside (root-only files bound in readable, ``RLIMIT_NPROC`` not enforced), so t
 without a user namespace, keeps only the capabilities to change user, and ``setpriv`` switches to
 the real unprivileged uid and gid :data:`SANDBOX_UID` (``nobody``), clears supplementary groups,
 empties every capability set and sets ``no_new_privs`` before the student's interpreter starts; the
-scratch folder is handed to that uid (:func:`own_scratch`).
+scratch folder is handed to that uid (:func:`own_scratch`). The grader's own clean side (the verdict process
+and its baseline and replay workers) runs in a sandbox of its own as another unprivileged uid,
+:data:`CLEAN_UID` (``command(..., uid=CLEAN_UID)``): learner code can neither signal it nor write what it reads
+(:mod:`mlsys.course.learnerbox`). Each sandbox's ``/tmp`` is a size-capped tmpfs holding its compiler caches, and
+a root grader mounts a submission's scratch as a size-capped tmpfs too (:func:`scratch_fs`).
 
 Where bubblewrap cannot run, :func:`check` raises :class:`SandboxUnavailable` saying how to install
 it; a teacher may grade without it only by asking for ``--no-sandbox``, which is logged loudly.
@@ -50,10 +54,21 @@ from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = ["SandboxUnavailable", "Limits", "Cgroup", "bwrap_path", "check", "build_site", "command", "INSIDE_HOME",
-           "NO_SANDBOX_WARNING", "SANDBOX_UID", "ETC_FILES", "own_scratch", "cgroup_note"]
+           "NO_SANDBOX_WARNING", "SANDBOX_UID", "CLEAN_UID", "TMP_BYTES", "ETC_FILES", "own_scratch", "cgroup_note",
+           "gpu_nodes", "scratch_fs", "release_scratch", "SCRATCH_BYTES"]
 
 SANDBOX_UID = 65534
 """The uid and gid student code runs as (``nobody``/``nogroup`` on Debian), inside and, for a root grader, outside."""
+
+CLEAN_UID = 65533
+"""The uid and gid of the grader's clean side in a sandbox (the verdict process and its baseline and replay
+workers): another user than :data:`SANDBOX_UID`, so a learner's process can neither signal nor trace them,
+nor write a file they read. Its sandbox has its own ``/tmp``, ``HOME`` and compiler caches
+(:func:`command`'s ``uid``)."""
+
+TMP_BYTES = 2 * 2**30
+"""Size of a sandbox's private ``/tmp`` (a tmpfs, charged to the sandbox's memory cgroup): the file-size
+cap alone lets many files under it fill the grader's disk."""
 
 ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "alternatives", "fonts", "nsswitch.conf",
              "host.conf", "gai.conf", "protocols", "services", "mime.types", "os-release")
@@ -146,29 +161,29 @@ def check() -> str:
     return path
 
 
-def _namespaces(as_root: bool) -> list[str]:
+def _namespaces(as_root: bool, uid: int = SANDBOX_UID) -> list[str]:
     """bwrap's namespace and capability options: see the module doc for the root case."""
     if as_root:  # no user namespace (uid 0 inside would be uid 0 outside); setpriv drops to SANDBOX_UID
         return ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
                 "--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]
-    return ["--unshare-all", "--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--cap-drop", "ALL"]
+    return ["--unshare-all", "--unshare-user", "--uid", str(uid), "--gid", str(uid), "--cap-drop", "ALL"]
 
 
-def _drop() -> list[str]:
-    """setpriv: become SANDBOX_UID for real, no groups, no capabilities in any set, no way back."""
-    return [shutil.which("setpriv") or "setpriv", f"--reuid={SANDBOX_UID}", f"--regid={SANDBOX_UID}", "--clear-groups",
+def _drop(uid: int = SANDBOX_UID) -> list[str]:
+    """setpriv: become ``uid`` for real, no groups, no capabilities in any set, no way back."""
+    return [shutil.which("setpriv") or "setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
             "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]
 
 
-def own_scratch(folder: Path) -> None:
-    """Hand ``folder`` (and everything in it) to :data:`SANDBOX_UID` when grading as root, so the unprivileged
-    student process can write there; an unprivileged grader's files are already its own inside."""
+def own_scratch(folder: Path, uid: int = SANDBOX_UID) -> None:
+    """Hand ``folder`` (and everything in it) to ``uid`` when grading as root, so the unprivileged
+    sandboxed process can write there; an unprivileged grader's files are already its own inside."""
     if os.geteuid() != 0:
         return
     folder = Path(folder)
     for p in [folder, *folder.rglob("*")]:
         if not p.is_symlink():
-            os.chown(p, SANDBOX_UID, SANDBOX_UID)
+            os.chown(p, uid, uid)
 
 
 # ------------------------------------------------------------------------------------------ cgroups
@@ -189,11 +204,17 @@ def cgroup_note() -> str:
 
 
 class Cgroup:
-    """A cgroup for one sandbox: its tasks (``pids``) and memory capped for the whole process tree.
+    """A cgroup for one sandbox: its tasks (``pids``), memory and cores capped for the whole process tree,
+    and a freezer that pauses all of it.
 
     :meth:`create` returns None where no cgroup can be made (then :func:`cgroup_note` says why);
     :meth:`wrap` prefixes a command line so that its first process joins the cgroup before it starts
-    anything; :meth:`close` kills whatever is left in it and removes it.
+    anything; :meth:`freeze` pauses or resumes every process in it (a ``setsid`` child included: leaving
+    a session does not leave a cgroup, and an unprivileged process cannot move itself out);
+    :meth:`close` kills whatever is left in it and removes it.
+
+    The cores (``cpuset``) are this process's affinity when the cgroup is made (a slot's share of the
+    machine, :mod:`mlsys.course.slots`): ``sched_setaffinity`` (``taskset``) inside cannot reach past them.
     """
 
     def __init__(self, kind: str, paths: list[Path], unit: str = "") -> None:
@@ -202,7 +223,7 @@ class Cgroup:
     @classmethod
     def create(cls, limits: Limits) -> Cgroup | None:
         name = f"mlsys-sandbox-{os.getpid()}-{secrets.token_hex(4)}"
-        why = []
+        why: list[str] = []
         if SYSTEMD_DIR.is_dir() and shutil.which("systemd-run"):
             return cls("systemd", [], name)
         fs = CGROUP_FS
@@ -212,29 +233,13 @@ class Cgroup:
         except OSError as exc:
             own, why = {}, [f"/proc/self/cgroup: {exc}"]
         if (fs / "cgroup.controllers").is_file() and "" in own:  # cgroup v2, unified
-            path = fs / own[""].lstrip("/") / name
-            try:
-                path.mkdir()
-                (path / "pids.max").write_text(str(limits.processes))
-                (path / "memory.max").write_text(str(limits.memory_bytes))
-                return cls("v2", [path])
-            except OSError as exc:
-                why.append(f"cgroup v2 at {path.parent}: {exc}")
-                _rmdir(path)
+            made = _make_v2(fs / own[""].lstrip("/") / name, limits, why)
+            if made is not None:
+                return cls("v2", [made])
         elif (fs / "pids").is_dir() and (fs / "memory").is_dir():  # cgroup v1
-            made: list[Path] = []
-            try:
-                for ctl, key, value in (("pids", "pids.max", limits.processes),
-                                        ("memory", "memory.limit_in_bytes", limits.memory_bytes)):
-                    path = fs / ctl / own.get(ctl, "/").lstrip("/") / name
-                    path.mkdir()
-                    made.append(path)
-                    (path / key).write_text(str(value))
-                return cls("v1", made)
-            except OSError as exc:
-                why.append(f"cgroup v1: {exc}")
-                for path in made:
-                    _rmdir(path)
+            made_v1 = _make_v1(fs, own, name, limits, why)
+            if made_v1:
+                return cls("v1", made_v1)
         else:
             why.append("no cgroup file system at /sys/fs/cgroup")
         if not _CGROUP_NOTE:
@@ -246,16 +251,68 @@ class Cgroup:
     def wrap(self, argv: list[str], limits: Limits) -> list[str]:
         """``argv`` started inside this cgroup."""
         if self.kind == "systemd":
+            cpus = ",".join(map(str, sorted(os.sched_getaffinity(0))))
             return [shutil.which("systemd-run") or "systemd-run", "--scope", "--quiet", "--collect", f"--unit={self.unit}",
-                    f"--property=TasksMax={limits.processes}", f"--property=MemoryMax={limits.memory_bytes}", "--", *argv]
+                    f"--property=TasksMax={limits.processes}", f"--property=MemoryMax={limits.memory_bytes}",
+                    f"--property=AllowedCPUs={cpus}", "--", *argv]
         joins = " && ".join(f"echo $$ > '{p}/cgroup.procs'" for p in self.paths)
         return ["/bin/sh", "-c", f'{joins} && exec "$@"', "mlsys-cgroup", *argv]
+
+    def _dirs(self) -> list[Path]:
+        """The cgroup's folders (a systemd scope's, found once it exists)."""
+        if self.kind != "systemd":
+            return self.paths
+        try:
+            out = subprocess.run(["systemctl", "show", "-p", "ControlGroup", "--value", f"{self.unit}.scope"],
+                                 capture_output=True, text=True, timeout=10).stdout.strip()
+        except (OSError, subprocess.TimeoutExpired):
+            return []
+        return [CGROUP_FS / out.lstrip("/")] if out else []
+
+    def pids(self) -> list[int]:
+        """Every process in the cgroup now (as this process's PID namespace numbers them)."""
+        found: set[int] = set()
+        for path in self._dirs():
+            try:
+                found |= {int(x) for x in (path / "cgroup.procs").read_text().split()}
+            except (OSError, ValueError):
+                continue
+        return sorted(found)
+
+    def freeze(self, stop: bool, timeout: float = 5.0) -> bool:
+        """Pause (``stop``) or resume every process in the cgroup; True once the kernel says it is done.
+
+        cgroup v2: ``cgroup.freeze`` and ``cgroup.events``; v1: the ``freezer`` controller's
+        ``freezer.state``. False where this cgroup has no freezer (the caller falls back on signals)."""
+        import time
+
+        for path in self._dirs():
+            if (path / "cgroup.freeze").is_file():
+                file, value, done = path / "cgroup.freeze", "1" if stop else "0", ("frozen 1" if stop else "frozen 0")
+                state = path / "cgroup.events"
+            elif (path / "freezer.state").is_file():
+                file = state = path / "freezer.state"
+                value = done = "FROZEN" if stop else "THAWED"
+            else:
+                continue
+            try:
+                file.write_text(value)
+                end = time.monotonic() + timeout
+                while time.monotonic() < end:
+                    if done in state.read_text():
+                        return True
+                    time.sleep(0.001)
+            except OSError:
+                return False
+            return False
+        return False
 
     def close(self) -> None:
         """Kill every process still in the cgroup and remove it."""
         import signal
         import time
 
+        self.freeze(False, timeout=1.0)  # a frozen process cannot die until it is thawed
         for path in self.paths:
             for _ in range(50):
                 try:
@@ -271,6 +328,75 @@ class Cgroup:
                         pass
                 time.sleep(0.02)
             _rmdir(path)
+
+
+def _cpus() -> str:
+    """This process's cores as a cpuset list ("0,1")."""
+    return ",".join(map(str, sorted(os.sched_getaffinity(0))))
+
+
+def _make_v2(path: Path, limits: Limits, why: list[str]) -> Path | None:
+    """A cgroup v2 folder with the caps (pids, memory; cpuset where the parent delegates it), or None."""
+    try:
+        path.mkdir()
+        (path / "pids.max").write_text(str(limits.processes))
+        (path / "memory.max").write_text(str(limits.memory_bytes))
+        if (path / "cpuset.cpus").is_file():
+            (path / "cpuset.cpus").write_text(_cpus())
+        return path
+    except OSError as exc:
+        why.append(f"cgroup v2 at {path.parent}: {exc}")
+        _rmdir(path)
+        return None
+
+
+def _make_v1(fs: Path, own: dict[str, str], name: str, limits: Limits, why: list[str]) -> list[Path]:
+    """cgroup v1 folders: pids and memory capped; the freezer and a cpuset where those controllers are mounted."""
+    made: list[Path] = []
+    required: list[tuple[str, list[tuple[str, str]]]] = [
+        ("pids", [("pids.max", str(limits.processes))]), ("memory", [("memory.limit_in_bytes", str(limits.memory_bytes))])]
+    optional: list[tuple[str, list[tuple[str, str]]]] = [("freezer", []), ("cpuset", [("cpuset.mems", ""),
+                                                                                     ("cpuset.cpus", _cpus())])]
+    for ctl, keys in required + [o for o in optional if (fs / o[0]).is_dir()]:
+        path = fs / ctl / own.get(ctl, "/").lstrip("/") / name
+        try:
+            path.mkdir()
+            made.append(path)
+            for key, value in keys:
+                if key == "cpuset.mems":  # a v1 cpuset starts empty: its memory nodes are its parent's
+                    value = (path.parent / "cpuset.mems").read_text().strip()
+                (path / key).write_text(value)
+        except OSError as exc:
+            if made and made[-1] == path:
+                made.pop()
+                _rmdir(path)
+            if ctl in ("pids", "memory"):
+                why.append(f"cgroup v1: {exc}")
+                for done in made:
+                    _rmdir(done)
+                return []
+    return made
+
+
+SCRATCH_BYTES = 4 * 2**30
+"""Size of a submission's scratch file system (:func:`scratch_fs`): what all its sandboxes may write in all."""
+
+
+def scratch_fs(folder: Path, size: int = SCRATCH_BYTES) -> bool:
+    """Mount a tmpfs of ``size`` bytes on ``folder`` (a root grader), so a submission's writes are capped in all,
+    not only per file (round 4: 2.1 GB under the per-file cap), and charged in memory to the cgroup of the
+    process that writes them. False where it cannot be mounted (an unprivileged grader): the per-file cap
+    (``Limits.file_bytes``) and the size of each sandbox's ``/tmp`` are then all there is."""
+    if os.geteuid() != 0 or not shutil.which("mount"):
+        return False
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={int(size)},mode=0755", "mlsys-scratch", str(folder)],
+                          capture_output=True, text=True, timeout=30)
+    return proc.returncode == 0
+
+
+def release_scratch(folder: Path) -> None:
+    """Unmount :func:`scratch_fs`'s tmpfs (lazily: a process still holding a file there lets go later)."""
+    subprocess.run(["umount", "-l", str(folder)], capture_output=True, text=True, timeout=30)
 
 
 def _rmdir(path: Path) -> None:
@@ -325,21 +451,36 @@ def build_site(dest: Path) -> Path:
     # the sandbox's host name resolves to loopback (torch.distributed's gloo looks itself up by name)
     (dest / HOSTS_FILE).write_text("127.0.0.1 localhost sandbox\n::1 localhost ip6-localhost ip6-loopback\n")
     # the only user and group the sandbox knows (getpass, ~ expansion): no system account is listed
-    (dest / PASSWD_FILE).write_text(f"student:x:{SANDBOX_UID}:{SANDBOX_UID}:student:{INSIDE_HOME}:/bin/false\n")
-    (dest / GROUP_FILE).write_text(f"student:x:{SANDBOX_UID}:\n")
+    (dest / PASSWD_FILE).write_text(f"student:x:{SANDBOX_UID}:{SANDBOX_UID}:student:{INSIDE_HOME}:/bin/false\n"
+                                    f"grader:x:{CLEAN_UID}:{CLEAN_UID}:grader:{INSIDE_HOME}:/bin/false\n")
+    (dest / GROUP_FILE).write_text(f"student:x:{SANDBOX_UID}:\ngrader:x:{CLEAN_UID}:\n")
     for p in [dest, *dest.rglob("*")]:  # readable by the unprivileged uid a root grader's sandbox runs as
         if not p.is_symlink():
             p.chmod(0o755 if p.is_dir() else 0o644)
     return dest
 
 
-def _gpu_nodes() -> list[str]:
-    return sorted(str(p) for p in Path("/dev").glob("nvidia*")) + [p for p in ("/dev/dri",) if Path(p).exists()]
+GPU_CONTROL_NODES = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset")
+"""The NVIDIA driver's shared control nodes every CUDA process opens (not a GPU of its own)."""
 
 
-def _nproc_now() -> int:
+def gpu_nodes(visible: str | None = None) -> list[str]:
+    """The ``/dev`` nodes a sandbox gets: the driver's control nodes and only the GPUs ``visible`` (a
+    ``CUDA_VISIBLE_DEVICES`` list of indices, default this process's) names, so under ``--jobs N`` a
+    submission cannot open its neighbour's GPU. Where ``visible`` is unset or names GPUs by UUID, every
+    ``/dev/nvidiaN`` (no slot to keep to)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES") if visible is None else visible
+    ids = [x.strip() for x in (visible or "").split(",") if x.strip()]
+    every = sorted(str(p) for p in Path("/dev").glob("nvidia*"))
+    if visible is None or not all(x.isdigit() for x in ids):
+        return every
+    keep = {f"/dev/{n}" for n in GPU_CONTROL_NODES} | {f"/dev/nvidia{int(x)}" for x in ids}
+    return [p for p in every if p in keep or p.startswith("/dev/nvidia-caps")]
+
+
+def _nproc_now(uid: int = SANDBOX_UID) -> int:
     """Processes the sandbox's user already runs (RLIMIT_NPROC counts per user id, system-wide)."""
-    uid = SANDBOX_UID if os.geteuid() == 0 else os.getuid()
+    uid = uid if os.geteuid() == 0 else os.getuid()
     n = 0
     for status in Path("/proc").glob("[0-9]*/status"):
         try:
@@ -354,23 +495,45 @@ def _nproc_now() -> int:
 
 def command(argv: list[str], scratch: Path, site: Path, *, limits: Limits | None = None, gpu: bool = False,
             env: dict[str, str] | None = None, bwrap: str | None = None, cgroup: Cgroup | None = None,
-            as_root: bool | None = None) -> list[str]:
+            as_root: bool | None = None, uid: int = SANDBOX_UID, tmp_bytes: int = TMP_BYTES) -> list[str]:
     """The bwrap command line that runs ``argv`` in a sandbox over ``scratch`` (read-write).
 
     ``site`` (from :func:`build_site`) is put first on ``PYTHONPATH``, read-only. ``gpu`` passes
     the NVIDIA device nodes in and lifts the address-space cap. ``env`` adds variables
     to the otherwise cleared environment. ``cgroup`` (from :meth:`Cgroup.create`) caps the whole
-    sandbox; ``as_root`` (default: whether this process is root) picks how the uid is dropped.
+    sandbox; ``as_root`` (default: whether this process is root) picks how the uid is dropped; ``uid`` is
+    who runs inside (:data:`SANDBOX_UID` for learner code, :data:`CLEAN_UID` for the grader's clean side).
+    Every sandbox has its own ``/tmp`` (``tmp_bytes`` of tmpfs) holding its compiler caches (Triton,
+    Inductor, CUDA's JIT, XDG): nothing one sandbox compiles is loaded by another.
     """
     bwrap = bwrap or check()
     limits = limits or Limits()
     scratch, site = Path(scratch).resolve(), Path(site).resolve()
     as_root = os.geteuid() == 0 if as_root is None else as_root
-    args = [bwrap, *_namespaces(as_root), "--die-with-parent", "--new-session", "--hostname", "sandbox"]
+    args = [bwrap, *_namespaces(as_root, uid), "--die-with-parent", "--new-session", "--hostname", "sandbox"]
+    args += _file_system(scratch, site, tmp_bytes, gpu)
+    args.append("--clearenv")
+    for key, value in _environment(uid, env).items():
+        args += ["--setenv", key, value]
+    caps = [f"--fsize={limits.file_bytes}", f"--nofile={limits.open_files}", "--core=0"]
+    if cgroup is None:  # the per-user process cap stands in for the cgroup's per-sandbox one
+        caps.insert(0, f"--nproc={_nproc_now(uid) + limits.processes}")
+    if not gpu:
+        caps.append(f"--as={limits.memory_bytes}")
+    prlimit = shutil.which("prlimit")
+    if prlimit is None:
+        raise SandboxUnavailable("prlimit (util-linux) is missing: it sets the sandbox's resource limits")
+    inner = [*(_drop(uid) if as_root else []), prlimit, *caps, "--", *argv]
+    full = [*args, "--", *inner]
+    return cgroup.wrap(full, limits) if cgroup is not None else full
+
+
+def _file_system(scratch: Path, site: Path, tmp_bytes: int, gpu: bool) -> list[str]:
+    """bwrap's mounts: a private /tmp, the system and Python read-only, the site, the scratch, the GPU's nodes."""
     # Empty /tmp and /home first: a Python (a venv) that lives under them is bound on top below. Mounted
     # after the binds, the tmpfs would hide a course checked out in /tmp or in a home folder, and every
     # submission would fail to start (found by CI on a clone in /tmp/ci).
-    args += ["--perms", "1777", "--tmpfs", "/tmp", "--tmpfs", "/home"]  # /tmp: writable by the unprivileged uid
+    args = ["--perms", "1777", "--size", str(tmp_bytes), "--tmpfs", "/tmp", "--tmpfs", "/home"]  # /tmp: the uid's
     for path in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt"):
         if Path(path).exists():
             args += ["--ro-bind", path, path] if not Path(path).is_symlink() else ["--symlink", os.readlink(path), path]
@@ -397,13 +560,22 @@ def command(argv: list[str], scratch: Path, site: Path, *, limits: Limits | None
         if (site / name).is_file():
             args += ["--ro-bind", str(site / name), where]
     if gpu:
-        for node in _gpu_nodes():
+        for node in [*gpu_nodes(), *(p for p in ("/dev/dri",) if Path(p).exists())]:
             args += ["--dev-bind", node, node]
+    return args
+
+
+def _environment(uid: int, env: dict[str, str] | None) -> dict[str, str]:
+    """The sandbox's whole environment: every cache in its private /tmp, torch.compile in-process (no compile
+    workers for the census to take on trust), the slot's GPU and threads, then ``env``."""
     variables = {
         "HOME": INSIDE_HOME, "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
         "PYTHONPATH": "/sandbox/site", "PYTHONNOUSERSITE": "1", "PYTHONHASHSEED": "0", "MPLBACKEND": "Agg",
         "TMPDIR": "/tmp", "JUPYTER_RUNTIME_DIR": "/tmp/jupyter-runtime", "JUPYTER_PLATFORM_DIRS": "1",
         "IPYTHONDIR": "/tmp/ipython", "MPLCONFIGDIR": "/tmp/mpl", "TRITON_CACHE_DIR": "/tmp/triton",
+        "TORCHINDUCTOR_CACHE_DIR": "/tmp/inductor", "XDG_CACHE_HOME": "/tmp/cache", "CUDA_CACHE_PATH": "/tmp/nv",
+        "TRITON_HOME": "/tmp/triton-home", "TORCHINDUCTOR_COMPILE_THREADS": "1",
+        "USER": "grader" if uid == CLEAN_UID else "student",
         "PYDEVD_DISABLE_FILE_VALIDATION": "1", "LANG": "C.UTF-8",
         "TORCH_CPP_LOG_LEVEL": "ERROR",  # c10d warns on stderr that it cannot name the sandbox (stderr costs a cell)
     }
@@ -411,17 +583,4 @@ def command(argv: list[str], scratch: Path, site: Path, *, limits: Limits | None
         if key in os.environ:
             variables[key] = os.environ[key]
     variables.update(env or {})
-    args.append("--clearenv")
-    for key, value in variables.items():
-        args += ["--setenv", key, value]
-    caps = [f"--fsize={limits.file_bytes}", f"--nofile={limits.open_files}", "--core=0"]
-    if cgroup is None:  # the per-user process cap stands in for the cgroup's per-sandbox one
-        caps.insert(0, f"--nproc={_nproc_now() + limits.processes}")
-    if not gpu:
-        caps.append(f"--as={limits.memory_bytes}")
-    prlimit = shutil.which("prlimit")
-    if prlimit is None:
-        raise SandboxUnavailable("prlimit (util-linux) is missing: it sets the sandbox's resource limits")
-    inner = [*(_drop() if as_root else []), prlimit, *caps, "--", *argv]
-    full = [*args, "--", *inner]
-    return cgroup.wrap(full, limits) if cgroup is not None else full
+    return variables

@@ -47,6 +47,7 @@ from .cellrunner import error_output
 from .grading import NOT_GRADED
 from .testcells import answer_names, course_imports, grader_cells
 from .trusted import answer_cells
+from .verdict import METADATA_KEY, Verdict
 
 __all__ = ["SandboxedExecute", "run_in_sandbox", "answer_cells"]
 
@@ -60,12 +61,15 @@ def _kill(proc: subprocess.Popen) -> None:
 
 
 def run_in_sandbox(module: str, job: dict[str, Any], scratch: Path, settings: dict[str, Any], *,
-                   deadline: float, log: Path, on_result: Any = None) -> tuple[list[dict[str, Any]], str]:
+                   deadline: float, log: Path, on_result: Any = None, uid: int = sandbox.SANDBOX_UID,
+                   pass_fds: tuple[int, ...] = ()) -> tuple[list[dict[str, Any]], str]:
     """Run ``python -P -m module`` on ``job`` in a sandbox over ``scratch``; collect its result lines.
 
     Returns (results, how it ended: "done" | "timeout" | "exited"). ``on_result`` is called with each
     result as it arrives. Lines count only with this run's random nonce, read from the process's
-    private output (see :mod:`mlsys.course.cellrunner`).
+    private output (see :mod:`mlsys.course.cellrunner`). ``uid`` runs it as the learner
+    (:data:`~mlsys.course.sandbox.SANDBOX_UID`) or as the grader's clean side
+    (:data:`~mlsys.course.sandbox.CLEAN_UID`); ``pass_fds`` are inherited.
     """
     nonce = secrets.token_hex(16)
     argv = [sys.executable, "-P", "-m", module]
@@ -74,25 +78,25 @@ def run_in_sandbox(module: str, job: dict[str, Any], scratch: Path, settings: di
     if settings.get("mode") == "bwrap":
         limits = sandbox.Limits(**settings.get("limits", {}))
         cgroup = sandbox.Cgroup.create(limits)  # tasks and memory capped for the whole sandbox (None: a note says why)
-        sandbox.own_scratch(scratch)  # a root grader's student process is an unprivileged user: its folder is its own
-        argv = sandbox.command(argv, scratch, Path(settings["site"]), limits=limits, cgroup=cgroup,
+        sandbox.own_scratch(scratch, uid)  # a root grader's sandboxed process is an unprivileged user: its folder is its own
+        argv = sandbox.command(argv, scratch, Path(settings["site"]), limits=limits, cgroup=cgroup, uid=uid,
                                gpu=bool(settings.get("gpu")) or settings.get("perf") == "cuda")
     else:
         env = {k: v for k, v in os.environ.items() if not k.startswith("MLSYS_SANDBOX")}
         env.update(PYTHONPATH=settings["site"], HOME=str(scratch), MPLBACKEND="Agg", PYTHONHASHSEED="0")
     try:
-        return _collect(argv, env, job, nonce, scratch, module, deadline, log, on_result)
+        return _collect(argv, env, job, nonce, scratch, module, deadline, log, on_result, pass_fds)
     finally:
         if cgroup is not None:
             cgroup.close()  # whatever is left in it is killed, and it is removed
 
 
 def _collect(argv: list[str], env: dict[str, str] | None, job: dict[str, Any], nonce: str, scratch: Path, module: str,
-             deadline: float, log: Path, on_result: Any) -> tuple[list[dict[str, Any]], str]:
+             deadline: float, log: Path, on_result: Any, pass_fds: tuple[int, ...] = ()) -> tuple[list[dict[str, Any]], str]:
     """Start the sandboxed process, send its job, collect its nonce-marked result lines until done."""
     with open(log, "ab") as err:
         proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, cwd=scratch,
-                                env=env, start_new_session=True)
+                                env=env, start_new_session=True, pass_fds=pass_fds)
     lines: queue.Queue = queue.Queue()
 
     def reader() -> None:
@@ -137,6 +141,31 @@ def _collect(argv: list[str], env: dict[str, str] | None, job: dict[str, Any], n
     return results, ended
 
 
+def run_verdict(job: dict[str, Any], work: Path, root: Path, settings: dict[str, Any],
+                deadline: float) -> tuple[list[dict[str, Any]], str]:
+    """The verdict process (:mod:`mlsys.course.trusted`) on ``job``, over the submission's files ``work``.
+
+    In a sandbox (``mode`` "bwrap"), the verdict and its clean workers run as the grader's clean user over an
+    empty folder of their own, and the learner's workers in sandboxes of their own over ``work``, started
+    for the verdict by a :class:`~mlsys.course.learnerbox.LearnerHost` here: the two sides share no uid,
+    no writable folder, no compiler cache and no PID namespace. Without a sandbox, as before: one folder,
+    the learner's workers started by the verdict."""
+    if settings.get("mode") != "bwrap":
+        return run_in_sandbox("mlsys.course.trusted", job, work, settings, deadline=deadline, log=root / "trusted.log")
+    from .learnerbox import LearnerHost
+
+    clean = root / "verdict"
+    clean.mkdir(parents=True, exist_ok=True)
+    host = LearnerHost(settings, work, root / "learner.log")
+    host.start()
+    try:
+        return run_in_sandbox("mlsys.course.trusted", dict(job, learner_host_fd=host.verdict_fd()), clean, settings,
+                              deadline=deadline, log=root / "trusted.log", uid=sandbox.CLEAN_UID,
+                              pass_fds=(host.verdict_fd(),))
+    finally:
+        host.close()
+
+
 def _nbg(cell: Any) -> dict[str, Any]:
     return cell.get("metadata", {}).get("nbgrader", {}) or {}
 
@@ -176,9 +205,12 @@ class SandboxedExecute(Execute):
         report: dict[str, Any] = {"kernel_died": None, "timed_out": False, "not_run": 0, "perf": {}, "fatal": ""}
         src_dir = Path(resources.get("metadata", {}).get("path") or ".")
         root = Path(tempfile.mkdtemp(prefix="sub-", dir=settings.get("scratch")))
+        mounted = settings.get("mode") == "bwrap" and sandbox.scratch_fs(root)  # the submission's writes, capped in all
         try:
             self._execute(nb, settings, src_dir, root, deadline, report, nbformat)
         finally:
+            if mounted:
+                sandbox.release_scratch(root)
             shutil.rmtree(root, ignore_errors=True)
             if settings.get("report"):
                 Path(settings["report"]).write_text(json.dumps(report, indent=1), encoding="utf-8")
@@ -254,8 +286,7 @@ class SandboxedExecute(Execute):
             work = root / "perf"  # an untouched copy: nothing the first run wrote can shadow an import
             _copy_submission(src_dir, work)
             job = {"cases": cases, "cells": answer_cells(nb), "fake": mode == "fake", "cell_timeout": self.timeout}
-            results, ended = run_in_sandbox("mlsys.course.trusted", job, work, settings, deadline=deadline,
-                                            log=root / "trusted.log")
+            results, ended = run_verdict(job, work, root, settings, deadline)
             result = results[0] if results else {"fatal": "time limit reached" if ended == "timeout" else
                                                  "the trusted process ended without a verdict"}
             if result.get("fatal"):
@@ -263,29 +294,19 @@ class SandboxedExecute(Execute):
             verdicts = result.get("verdicts", {})
         for i in sorted(perf_idx):
             cell = nb.cells[i]
-            gid = _nbg(cell).get("grade_id")
+            gid = str(_nbg(cell).get("grade_id"))
             points = float(_nbg(cell).get("points", 0))
             if mode == "off":
-                outs = [{"output_type": "stream", "name": "stdout", "text": NOT_GRADED + "\n"},
-                        {"output_type": "execute_result", "execution_count": None, "metadata": {},
-                         "data": {"text/plain": "0.0"}}]
+                v = Verdict(gid, points, None, "", (NOT_GRADED,))
             elif gid not in verdicts:
-                reason = ("no trusted measurement for this cell: the lab's perf.toml has no [" + str(gid) + "]"
-                          if gid not in cases else f"no verdict ({report['fatal'] or 'the trusted process failed'})")
-                outs = [error_output("PerformanceNotMeasured", reason)]
+                v = Verdict.not_measured(gid, points, "no trusted measurement for this cell: the lab's perf.toml has no ["
+                                         + gid + "]" if gid not in cases else
+                                         f"no verdict ({report['fatal'] or 'the trusted process failed'})")
             else:
-                v = verdicts[gid]
-                report["perf"][gid] = v
-                text = "".join(line + "\n" for line in v.get("lines", []))
-                if v.get("reason"):
-                    outs = ([{"output_type": "stream", "name": "stdout", "text": text}] if text else []) + [
-                        error_output("PerformanceRefused", v["reason"])]
-                else:
-                    score = min(points, points * float(v.get("credit") or 0.0))
-                    outs = [{"output_type": "stream", "name": "stdout", "text": text or "measured by the grader\n"},
-                            {"output_type": "execute_result", "execution_count": None, "metadata": {},
-                             "data": {"text/plain": f"{score:.4g}"}}]
-            cell.outputs = [nbformat.from_dict(o) for o in outs]
+                report["perf"][gid] = verdicts[gid]
+                v = Verdict.from_dict(verdicts[gid])
+            cell.outputs = [nbformat.from_dict(o) for o in v.outputs(points, NOT_GRADED)]
+            cell.metadata.setdefault("mlsys", {})[METADATA_KEY] = v.metadata()  # the status as a field, not text
 
 
 def _instructor_notebook(resources: dict[str, Any]) -> dict[str, Any]:

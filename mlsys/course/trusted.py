@@ -35,8 +35,13 @@ process (the *verdict process*) never executes an answer cell (``docs/GRADING_PE
 the trust model):
 
 1. it starts two workers (:mod:`mlsys.course.perfworker`): a *baseline* worker that never sees an
-   answer cell, and a *learner* worker that runs the answer cells while the baseline worker starts up;
-   the baseline is measured only with the learner's processes stopped;
+   answer cell, and a *learner* worker that runs the answer cells. The baseline's first rounds are
+   measured before any answer cell runs (the learner's worker gets its cells only then), and every later
+   baseline round with the learner's processes paused; a baseline round whose worker was not runnable
+   for :data:`RAN_SHARE` of it is measured again. Under ``make grade`` the learner's workers run in a
+   sandbox of their own as another user (:mod:`mlsys.course.learnerbox`), paused by their cgroup's
+   freezer: they share no uid, ``/tmp``, compiler cache or PID namespace with this process and its
+   clean workers, which they can neither signal nor feed a file;
 2. each checked call gets inputs drawn from seeds the verdict process chose (new storage, new
    values); the worker returns exact ``torch.Tensor`` results as raw bytes
    (:mod:`mlsys.course.perfwire`), which are compared with the verdict's own reference, every call;
@@ -79,9 +84,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from . import learnerbox, policy
+
 __all__ = ["PerfCase", "answer_cells", "load_spec", "find_spec", "grade_case", "grade_performance", "run_job", "main",
-           "FORBID_MATMUL", "FORBID_MATMUL_PREFIXES", "ALLOWED_FOR_COMPUTE", "FAKE_SECONDS", "VENDOR_KERNEL_MARKS",
-           "forbidden_ops", "exchanged_point_to_point", "POINT_TO_POINT", "kernel_refusal", "traced_per_call", "coverage_refusal", "triton_kernel_names", "roofline_floor", "credit_of", "spread",
+           "FAKE_SECONDS", "VENDOR_KERNEL_MARKS",
+           "forbidden_ops", "exchanged_point_to_point", "kernel_refusal", "traced_per_call", "coverage_refusal", "triton_kernel_names", "roofline_floor", "credit_of", "spread",
            "sure_of_full_credit", "FULL_CREDIT_MARGIN"]
 
 REPLAY_ENV = "MLSYS_GRADER_REPLAY"
@@ -100,28 +107,7 @@ def _replay_here(cuda: bool, world: int) -> bool:
 FAKE_SECONDS = 1e-3
 """What the fake timer reports for every timed callable (seconds per call)."""
 
-FORBID_MATMUL = frozenset({
-    "mm", "bmm", "addmm", "addbmm", "baddbmm", "matmul", "mv", "dot", "vdot", "addmv", "linear", "einsum",
-    "tensordot", "_scaled_mm", "_int_mm", "_addmm_activation", "_scaled_dot_product_attention",
-    "_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
-    "_scaled_dot_product_cudnn_attention", "scaled_dot_product_attention", "_flash_attention_forward",
-    "_efficient_attention_forward", "convolution", "conv2d", "cudnn_convolution",
-    "all_reduce", "all_reduce_", "allreduce_", "reduce_scatter_tensor", "all_gather_into_tensor",
-})
-"""aten (and c10d) op names a hand-written matmul or attention kernel may not run."""
-
-FORBID_MATMUL_PREFIXES = ("_scaled_dot_product_", "_flash_attention", "_efficient_attention", "_cudnn_attention")
-"""...and every attention backend by its name's prefix: each device and PyTorch version adds its own
-(on a CPU, SDPA runs ``_scaled_dot_product_flash_attention_for_cpu``, which no list above named)."""
-
-ALLOWED_FOR_COMPUTE = frozenset({
-    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros", "zeros_like", "new_zeros",
-    "ones", "ones_like", "full", "full_like", "fill_", "zero_", "view", "_unsafe_view", "reshape", "as_strided",
-    "expand", "t", "transpose", "permute", "contiguous", "clone", "copy_", "_to_copy", "to", "detach", "alias",
-    "slice", "select", "unsqueeze", "squeeze", "flatten", "stride", "size", "numel", "is_contiguous",
-    "lift_fresh", "_local_scalar_dense", "item", "arange", "set_", "resize_", "record_stream",
-})
-"""aten ops a "write the kernel yourself" function may run (allocation, views, copies): all else is compute."""
+# What each kind of exercise may dispatch lives in mlsys.course.policy (one table for the test cells and here).
 
 
 @dataclass(frozen=True)
@@ -243,29 +229,15 @@ ALWAYS_ALLOWED_KERNELS = ("memcpy", "memset")
 """Trace entries that are data movement, not compute (CUPTI names them "Memcpy HtoD", "Memset")."""
 
 
-POINT_TO_POINT = frozenset({"send", "recv_", "recv_any_source_", "barrier", "monitored_barrier_"})
-"""torch.distributed ops a hand-written collective may dispatch (``c10d:`` namespace): sends, receives
-and barriers. Every other c10d op (allreduce_, reduce_scatter_, allgather_, broadcast_, the functional
-collectives, ...) is the library's collective."""
-
-
 def forbidden_ops(forbid: str, ops: set[str] | list[str]) -> list[str]:
-    """Ops of ``ops`` (aten names, and ``c10d:name`` for torch.distributed's) that a case forbidding
-    ``"matmul"``, ``"compute"`` or ``"collectives"`` refuses."""
-    base = {op.split(".")[0] for op in ops}
-    if forbid == "collectives":
-        return sorted(op for op in base if ":" in op and not op.startswith("triton:")
-                      and op.split(":", 1)[1] not in POINT_TO_POINT)
-    if forbid == "matmul":
-        return sorted(op for op in base if (name := op.split(":")[-1]) in FORBID_MATMUL
-                      or name.startswith(FORBID_MATMUL_PREFIXES))
-    return sorted(base - ALLOWED_FOR_COMPUTE)
+    """Ops of ``ops`` that a case forbidding ``"matmul"``, ``"compute"`` or ``"collectives"`` refuses, in the one
+    spelling (``aten::mm``, ``c10d::allreduce_``): :func:`mlsys.course.policy.forbidden`."""
+    return policy.forbidden(forbid, ops)
 
 
 def exchanged_point_to_point(ops: set[str] | list[str]) -> bool:
     """True when a rank's record holds a send or a receive of torch.distributed."""
-    return any(op.startswith("c10d:") and op.split(":", 1)[1].split(".")[0] in ("send", "recv_", "recv_any_source_")
-               for op in ops)
+    return any(policy.qualified(op) in policy.POINT_TO_POINT for op in ops)
 
 
 def triton_kernel_names(cells: list[str]) -> set[str]:
@@ -408,42 +380,80 @@ def spread(times: list[float]) -> float:
 ROUND_LIMIT_S = 300.0
 """Longest a worker may take to answer one round (its compilation and autotuning on first calls included)."""
 
-SHARED_BYTES = 8 << 30
+SHARED_BYTES = learnerbox.SHARED_BYTES
 """Size of the shared region a worker writes a round's outputs into (sparse: pages exist once written)."""
 
+RAN_SHARE = 0.5
+"""Least share of a clean worker's round (from reading the request to its "done", by its own clock) that its threads must
+have been runnable (running, or waiting for a core: :func:`mlsys.course.perfworker.runnable_s`). A round below
+it was not run by the worker for most of its time (stopped, frozen): it is measured again. Waiting for a core
+counts, so a busy machine never fails this check; on a GPU a synchronize spins or yields (CUDA's default
+schedule for a few contexts), which counts as runnable too. With the fake timer it is recorded, not applied.
+The worker measures it itself (the verdict's own clock would count the pipe's and its own wake-ups):
+a clean worker's word is the grader's."""
 
-def _shared_region() -> tuple[int, Any] | None:
-    """(fd, mapping) of a sealed memfd of :data:`SHARED_BYTES` (Linux), or None (outputs then cross the pipe).
+STOPPED_S = 5e-3
+"""...and the least time a round must have lost (not runnable) to count as not run: an honest cold round of a few
+milliseconds can sleep on a page fault for a good share of itself (0.41 of a 6 ms round measured here, loaded),
+while a stop long enough to matter (round 4: 8 ms in every 10) loses more than this in every round it hits."""
 
-    Sealed against shrinking and growing, so a worker cannot truncate it under this process's reads."""
-    try:
-        import fcntl
-        import mmap
 
-        fd = os.memfd_create("mlsys-perf-outputs", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)  # only its worker inherits it
-        os.ftruncate(fd, SHARED_BYTES)
-        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
-        return fd, mmap.mmap(fd, SHARED_BYTES)
-    except (AttributeError, OSError, ValueError):
-        return None
+def did_not_run(share: float | None, wall_s: float) -> bool:
+    """Whether a clean worker's round was not run by it (see :data:`RAN_SHARE` and :data:`STOPPED_S`)."""
+    return share is not None and share < RAN_SHARE and (1.0 - share) * wall_s > STOPPED_S
+
+
+class _RemoteBox:
+    """A learner sandbox started by the grader's host (:mod:`mlsys.course.learnerbox`): paused by its cgroup."""
+
+    def __init__(self, client: Any, box: int) -> None:
+        self.client, self.box, self.stopped, self.dead = client, box, False, False
+
+    def pause(self, stop: bool) -> None:
+        if not self.dead and stop != self.stopped:
+            self.client.pause(self.box, stop)
+            self.stopped = stop
+
+    def kill(self) -> None:
+        if not self.dead:
+            self.dead = True
+            try:
+                self.client.kill(self.box)
+            except (OSError, ValueError, ConnectionError):
+                pass
 
 
 class _ProcWorker:
-    """A worker process (:mod:`mlsys.course.perfworker`) spoken to through :mod:`mlsys.course.perfwire`."""
+    """A worker process (:mod:`mlsys.course.perfworker`) spoken to through :mod:`mlsys.course.perfwire`:
+    started here (a clean worker, or a learner worker where there is no sandbox), or, given ``ends``, the
+    pipes of a learner worker the grader's host started in a sandbox of its own (``box``)."""
 
-    def __init__(self, role: str, fake: bool) -> None:
+    def __init__(self, role: str, fake: bool, ends: tuple[int, int, int] | None = None, box: _RemoteBox | None = None) -> None:
         import subprocess
 
-        self.role = role
-        argv = [sys.executable, "-P", "-m", "mlsys.course.perfworker", role] + (["--fake"] if fake else [])
-        self.shm, fds = _shared_region(), ()
-        if self.shm is not None:
-            argv.append(f"--shm={self.shm[0]}:{SHARED_BYTES}")
-            fds = (self.shm[0],)
-        self.proc = subprocess.Popen(argv,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                     start_new_session=True, pass_fds=fds)
-        self.w, self.r = self.proc.stdin.fileno(), self.proc.stdout.fileno()
+        self.role, self.box, self.proc, self.shm = role, box, None, None
+        if ends is not None:
+            self.w, self.r, region = ends
+            try:
+                import mmap
+
+                if os.fstat(region).st_size == SHARED_BYTES:
+                    self.shm = (region, mmap.mmap(region, SHARED_BYTES))
+            except (OSError, ValueError):
+                pass
+            if self.shm is None:
+                os.close(region)
+        else:
+            argv = [sys.executable, "-P", "-m", "mlsys.course.perfworker", role] + (["--fake"] if fake else [])
+            region = learnerbox.shared_region()
+            if region is not None:
+                import mmap
+
+                self.shm = (region, mmap.mmap(region, SHARED_BYTES))
+                argv.append(f"--shm={region}:{SHARED_BYTES}")
+            self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                         start_new_session=True, pass_fds=(region,) if region is not None else ())
+            self.w, self.r = self.proc.stdin.fileno(), self.proc.stdout.fileno()
         try:  # larger pipes: outputs of tens of MiB cross in fewer, larger writes (Linux only; else as is)
             import fcntl
 
@@ -463,10 +473,13 @@ class _ProcWorker:
         return perfwire.recv(self.r, deadline)
 
     def pause(self, stop: bool) -> None:
-        """SIGSTOP / SIGCONT the worker's whole session (its threads and children), so the learner's
-        process sleeps while the baseline is timed."""
+        """Pause or resume the worker with everything it started, so the learner's processes sleep while
+        the baseline is timed: its sandbox's cgroup frozen (a learner box), else SIGSTOP / SIGCONT of its session."""
         import signal
 
+        if self.box is not None:
+            self.box.pause(stop)
+            return
         try:
             os.killpg(self.proc.pid, signal.SIGSTOP if stop else signal.SIGCONT)
         except OSError:
@@ -477,6 +490,9 @@ class _ProcWorker:
         verdict kills every worker first, then waits for them all in :meth:`close`)."""
         import signal
 
+        if self.box is not None:
+            self.box.kill()
+            return
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except OSError:
@@ -484,7 +500,14 @@ class _ProcWorker:
 
     def close(self) -> None:
         self.kill()
-        self.proc.wait()
+        if self.proc is not None:
+            self.proc.wait()
+        else:
+            for fd in (self.w, self.r):
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
         if self.shm is not None:
             try:
                 self.shm[1].close()
@@ -502,12 +525,12 @@ class _RankGroup:
     rank by rank (``rank_ops``), their kernel traces summed. Each rank is its own process, started with
     :class:`_ProcWorker`; only this, the verdict process, sees all of them."""
 
-    def __init__(self, role: str, fake: bool, world: int) -> None:
+    def __init__(self, role: str, fake: bool, world: int, ranks: list[_ProcWorker] | None = None) -> None:
         from ..runtime.launch import free_port
 
         self.world, self.calls = world, 0
         self.port = free_port()
-        self.ranks = [_ProcWorker(role, fake) for _ in range(world)]
+        self.ranks = ranks or [_ProcWorker(role, fake) for _ in range(world)]
 
     def send(self, msg: dict[str, Any]) -> None:
         if msg.get("op") == "setup":
@@ -544,6 +567,8 @@ class _RankGroup:
                     "fingerprints": self._interleave([list(h.get("fingerprints") or []) for h in heads]),
                     "ops": sorted({str(o) for h in heads for o in (h.get("ops") or [])}),
                     "rank_ops": [list(h.get("ops") or []) for h in heads],
+                    **({"ran_share": min(float(h["ran_share"]) for h in heads)}
+                       if all(isinstance(h.get("ran_share"), (int, float)) for h in heads) else {}),
                     **({"harness_gpu_s": max(float(h["harness_gpu_s"]) for h in heads)}
                        if all(isinstance(h.get("harness_gpu_s"), (int, float)) for h in heads) else {})}, []
         if "kernels" in first:
@@ -575,8 +600,15 @@ class _RankGroup:
             w.close()
 
 
-def _workers(role: str, fake: bool, world: int) -> Any:
-    """One worker of ``role``, or a group of ``world`` ranks of it."""
+def _workers(role: str, fake: bool, world: int, host: Any = None) -> Any:
+    """One worker of ``role``, or a group of ``world`` ranks of it. With ``host`` (a
+    :class:`mlsys.course.learnerbox.LearnerClient`), learner workers run in a sandbox of their own that the
+    grader's host starts, as another user; clean workers always start here."""
+    if host is not None and role == "learner":
+        box_id, ends = host.start(world, fake)
+        box = _RemoteBox(host, box_id)
+        ranks = [_ProcWorker(role, fake, e, box) for e in ends]
+        return ranks[0] if world == 1 else _RankGroup(role, fake, world, ranks)
     return _ProcWorker(role, fake) if world == 1 else _RankGroup(role, fake, world)
 
 
@@ -642,6 +674,7 @@ class _Window:
     harness_s: float | None = None
     wall_s: float = 0.0
     rank_ops: list[list[str]] = field(default_factory=list)
+    ran_share: float | None = None  # least share of the round a clean worker's process was runnable (RAN_SHARE)
 
 
 class _Verdict:
@@ -692,22 +725,7 @@ class _Verdict:
             raise _Refused(f"the worker answered out of turn ({str(head)[:100]})")
         if head.get("error"):
             raise _Refused(f"{case.function} failed in a checked call: {head['error']}")
-        outputs = None
-        if send_outputs:
-            from .perfwire import tensor_from_bytes
-
-            desc, blobs = worker.recv(dl)
-            shared = desc.get("shared_tensors")
-            tensors = (shared if isinstance(shared, list) and getattr(worker, "shm", None) is not None
-                       else desc.get("tensors")) or []
-            if len(tensors) != len(seeds):
-                raise _Refused(f"expected {len(seeds)} outputs from the worker, got {len(tensors)}")
-            if tensors is shared:
-                from .perfwire import tensor_from_shared
-
-                outputs = [tensor_from_shared(d, worker.shm[1], self.device) for d in tensors]
-            else:
-                outputs = [tensor_from_bytes(d, b) for d, b in zip(tensors, blobs, strict=True)]
+        outputs = self.outputs(worker, len(seeds), dl) if send_outputs else None
         inputs = None
         if send_inputs:
             from .perfwire import tensor_from_bytes
@@ -727,12 +745,28 @@ class _Verdict:
         win = _Window(seconds, [(float(x[0]), float(x[1])) for x in fps], list(head.get("ops") or []), outputs,
                       kernels, trace_error, inputs)
         win.wall_s = t1 - t0
+        share = head.get("ran_share")  # the least over ranks (a rank group sends the least)
+        win.ran_share = float(share) if isinstance(share, (int, float)) and math.isfinite(share) else None
         rank_ops = head.get("rank_ops")
         win.rank_ops = ([[str(o) for o in ops] for ops in rank_ops if isinstance(ops, list)]
                         if isinstance(rank_ops, list) else [win.ops])
         h = head.get("harness_gpu_s")
         win.harness_s = float(h) if isinstance(h, (int, float)) and math.isfinite(h) and h >= 0 else None
         return win
+
+    def outputs(self, worker: Any, n: int, dl: float) -> list[Any]:
+        """A round's ``n`` outputs, from the shared region (the verdict's own copy) or from the pipe's raw bytes."""
+        from .perfwire import tensor_from_bytes, tensor_from_shared
+
+        desc, blobs = worker.recv(dl)
+        shared = desc.get("shared_tensors")
+        tensors = (shared if isinstance(shared, list) and getattr(worker, "shm", None) is not None
+                   else desc.get("tensors")) or []
+        if len(tensors) != n:
+            raise _Refused(f"expected {n} outputs from the worker, got {len(tensors)}")
+        if tensors is shared:
+            return [tensor_from_shared(d, worker.shm[1], self.device) for d in tensors]
+        return [tensor_from_bytes(d, b) for d, b in zip(tensors, blobs, strict=True)]
 
     def check_inputs(self, case: PerfCase, shapes: list[list[int]], seeds: list[int], win: _Window) -> None:
         """The inputs as the worker held them after the calls, against the ones rebuilt from the seeds."""
@@ -859,6 +893,7 @@ class _Prepared:
     harness_us: float = 0.0  # the grader's own kernels in the clean overhead round (us, fewest seen)
     itemsize: int = 4
     trace_ok: bool = False
+    ran: list[float] = field(default_factory=list)  # per baseline round: share of it the clean worker was runnable
 
 
 def _prepare(v: _Verdict, base_worker: Any, case: PerfCase) -> _Prepared:
@@ -902,14 +937,45 @@ def _baseline_round(v: _Verdict, base_worker: Any, prep: _Prepared, trace: bool 
         us = sum(c[1] for c in over.kernels.values())  # all of it is the grader's own work
         prep.harness_us = us if prep.harness_us <= 0 else min(prep.harness_us, us)
     # traced as the learner's rounds are, so the trace's own cost falls on both sides of the share
-    base = v.window(base_worker, prep.base_fn, case, prep.shapes, v.seeds(n), trace=trace, record_ops=rec)
+    base = _clean_window(v, base_worker, prep, n, trace, rec)
     prep.base.append(base.seconds)
     prep.base_traced.append(None if base.kernels is None else traced_per_call(base.kernels, prep.harness, k))
 
 
+def _clean_window(v: _Verdict, base_worker: Any, prep: _Prepared, n: int, trace: bool, rec: bool, tries: int = 3) -> _Window:
+    """A baseline round the clean worker ran: one whose process was runnable for less than :data:`RAN_SHARE` of
+    the round (stopped or frozen from outside) is measured again, and after ``tries`` such rounds the case
+    is refused (the grader's own measurement cannot be trusted). With the fake timer (CI) the share is recorded
+    only: no time is measured there."""
+    for _ in range(tries):
+        base = v.window(base_worker, prep.base_fn, prep.case, prep.shapes, v.seeds(n), trace=trace, record_ops=rec)
+        if base.ran_share is not None:
+            prep.ran.append(round(base.ran_share, 3))
+        if v.fake or not did_not_run(base.ran_share, base.wall_s):
+            return base
+    raise _Refused(f"the grader's baseline worker did not run during {tries} of its rounds (runnable for "
+                   f"{min(prep.ran[-tries:]):.0%} of a round at most): something stopped it, so no share can be measured")
+
+
+def _ops_refusal(v: _Verdict, case: PerfCase, w: _Window, where: str) -> None:
+    """Refuse a window of the learner's calls whose recorded ops run a forbidden library routine or (on a CPU)
+    neither an aten computation nor a Triton kernel. Applied to every window the learner's worker runs, not
+    only the first (round 4: later calls on reused tensors reached a library unseen)."""
+    aten = {op for op in w.ops if not op.startswith("triton:")}
+    launched = {op for op in w.ops if op.startswith("triton:")}
+    if not v.cuda and not launched and not forbidden_ops("compute", aten):
+        raise _Refused(f"neither an aten computation nor a Triton kernel ran in {where} of {case.function} "
+                       f"(aten: {', '.join(sorted(aten)) or 'nothing'}): the work was done outside torch and Triton "
+                       "(a library reached without aten, such as NumPy or CuPy), or the recording was switched off")
+    bad = forbidden_ops(case.forbid, aten)
+    if bad:
+        raise _Refused(f"{case.function} runs library routines this exercise asks you to write yourself "
+                       f"({', '.join(bad)}, in {where})")
+
+
 def _collective_refusal(case: PerfCase, w: _Window, where: str) -> None:
     """For a case run on several ranks: every rank's record of dispatched ops, in every recorded call.
-    A library collective (``c10d:allreduce_``, ...) in any rank refuses; so does a rank whose record
+    A library collective (``c10d::allreduce_``, ...) in any rank refuses; so does a rank whose record
     holds no send or receive at all (the exchange happened outside torch.distributed, or the recording
     was switched off)."""
     if case.world == 1:
@@ -929,8 +995,10 @@ def _collective_refusal(case: PerfCase, w: _Window, where: str) -> None:
 
 def _verdict(case: PerfCase, credit: float | None, reason: str, lines: list[str],
              evidence: dict[str, Any] | None = None) -> dict[str, Any]:
-    return {"grade_id": case.grade_id, "points": case.points, "credit": credit, "reason": reason, "lines": lines,
-            "score": None if credit is None else round(case.points * credit, 4), "evidence": evidence or {}}
+    """The case's :class:`mlsys.course.verdict.Verdict`, in its wire form."""
+    from .verdict import Verdict
+
+    return Verdict(case.grade_id, case.points, credit, reason, tuple(lines), evidence or {}).to_dict()
 
 
 def _replayed(v: _Verdict, learner: Any, replayer: Any, prep: _Prepared, ev: dict[str, Any]) -> dict[str, Any]:
@@ -962,7 +1030,7 @@ def _replayed(v: _Verdict, learner: Any, replayer: Any, prep: _Prepared, ev: dic
     bad = forbidden_ops(case.forbid, ops)
     if bad:
         raise _Refused(f"{case.function} runs library routines this exercise asks you to write yourself "
-                       f"(aten::{', aten::'.join(bad)})")
+                       f"({', '.join(bad)})")
     if case.kernels == "triton" and not kernels:
         raise _Refused(f"{case.function} launched no Triton kernel (aten ops only: {', '.join(ops[:8]) or 'none'})")
     t1 = time.monotonic()
@@ -1013,26 +1081,19 @@ def grade_case(v: _Verdict, base_worker: Any, learner: Any, prep: _Prepared, tri
         if world == 1:  # a collective works in place: its input is its output
             v.check_inputs(case, prep.shapes, seeds, w)
         _collective_refusal(case, w, "the checked calls")
-        aten = {op for op in w.ops if not op.startswith("triton:")}
-        launched = {op for op in w.ops if op.startswith("triton:")}
-        if not v.cuda and not launched and not forbidden_ops("compute", aten):
-            raise _Refused(f"neither an aten computation nor a Triton kernel ran in the checked call of {case.function} "
-                           f"(aten: {', '.join(sorted(aten)) or 'nothing'}): the work was done outside torch and Triton "
-                           "(a library reached without aten, such as NumPy or CuPy), or the recording was switched off")
+        _ops_refusal(v, case, w, "the checked call")
         ev["ops"] = w.ops
-        bad = forbidden_ops(case.forbid, aten)
-        if bad:
-            raise _Refused(f"{case.function} runs library routines this exercise asks you to write yourself "
-                           f"(aten::{', aten::'.join(bad)})")
         seeds = v.seeds(2 * world)
-        w = v.window(learner, fn, case, prep.fresh_shapes, seeds, send_outputs=True, record_ops=world > 1)
+        w = v.window(learner, fn, case, prep.fresh_shapes, seeds, send_outputs=True, record_ops=True)
         _collective_refusal(case, w, "the calls on fresh shapes")
         v.check_outputs(case, prep.ref_fn, prep.fresh_shapes, seeds, w, f"{case.function} on fresh shapes")
+        _ops_refusal(v, case, w, "the calls on fresh shapes")
         if world == 1:  # new values in the storage of the call before: a result kept by address is stale
             seeds = v.seeds(3)
-            w = v.window(learner, fn, case, prep.shapes, seeds, send_outputs=True, same_storage=True)
+            w = v.window(learner, fn, case, prep.shapes, seeds, send_outputs=True, same_storage=True, record_ops=True)
             v.check_outputs(case, prep.ref_fn, prep.shapes, seeds, w,
                             f"{case.function} (new values in the same input tensors)")
+            _ops_refusal(v, case, w, "the calls on reused input tensors")
         ev["checked_calls_wall_s"] = round(time.monotonic() - t_case, 3)
         timed, timed_fn = learner, fn
         if replayer is not None and world == 1:
@@ -1053,8 +1114,12 @@ def grade_case(v: _Verdict, base_worker: Any, learner: Any, prep: _Prepared, tri
                 learner.pause(timed is not learner)  # replayed rounds: the learner's processes sleep through them
             t1 = time.monotonic()
             seeds = v.seeds(k * world)
-            w = v.window(timed, timed_fn, case, prep.shapes, seeds, send_outputs=True, trace=v.trace, record_ops=world > 1)
+            on_cpu = timed is learner and not v.cuda  # every call recorded: no kernel trace judges them here
+            w = v.window(timed, timed_fn, case, prep.shapes, seeds, send_outputs=True, trace=v.trace,
+                         record_ops=world > 1 or on_cpu)
             _collective_refusal(case, w, f"timed round {r + 1}")
+            if on_cpu:
+                _ops_refusal(v, case, w, f"timed round {r + 1}")
             t2 = time.monotonic()
             v.check_outputs(case, prep.ref_fn, prep.shapes, seeds, w, f"{case.function} (timed round {r + 1})")
             walls.append([round(t1 - t0, 3), round(t2 - t1, 3), round(time.monotonic() - t2, 3)])
@@ -1086,6 +1151,7 @@ def grade_case(v: _Verdict, base_worker: Any, learner: Any, prep: _Prepared, tri
         over = 0.0 if v.fake else min(prep.over)
         base_s = (min(prep.base) - over) / k
         mine_s = (min(mine) - over) / k
+        ev["baseline_ran_share"] = prep.ran
         ev.update(rounds_wall_s=walls, case_wall_s=round(time.monotonic() - t_case, 3), learner_rounds_s=mine, baseline_rounds_s=prep.base, overhead_rounds_s=prep.over,
                   learner_spread=spread(mine), baseline_spread=spread(prep.base), remeasured=rounds > case.rounds,
                   kernels={n[:200]: c for n, c in sorted(kernels_seen.items(), key=lambda x: -x[1][1])[:8]})
@@ -1157,19 +1223,9 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
 
     fake = bool(job.get("fake")) or fake_timer()
     cases = [PerfCase.from_dict(gid, d) for gid, d in job["cases"].items()]
-    worlds = {c.world for c in cases}
-    if len(worlds) > 1:
-        raise ValueError(f"a perf.toml's cases must all run on the same number of ranks, got {sorted(worlds)}")
-    world = worlds.pop() if worlds else 1
-    if world > 1 and not fake:
-        import torch
-
-        if torch.cuda.device_count() < world:  # a measurement on too few GPUs would say nothing: not graded
-            from .grading import NOT_GRADED
-
-            line = f"{NOT_GRADED} (this part needs {world} GPUs; this machine has {torch.cuda.device_count()})"
-            return {"verdicts": {c.grade_id: _verdict(c, None, "", [line]) for c in cases}, "notes": [], "fake": fake,
-                    "phases_s": {}}
+    world, too_few = _world(cases, fake)
+    if too_few is not None:
+        return too_few
     cells = list(job.get("cells", []))
     start = time.monotonic()
     deadline = start + float(job.get("deadline_s") or 1800)
@@ -1180,16 +1236,18 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
     workers: list[Any] = []
     verdicts: dict[str, Any] = {}
     notes: list[str] = []
+    host = _learner_host(job)
+    setup = {"op": "setup", "cells": cells, "fake": fake, "cell_timeout": float(job.get("cell_timeout") or 600)}
     try:
-        # Every start-up overlaps: the workers start torch while this process starts its own, and the answer
-        # cells run while the clean workers pay their CUDA and profiler start-up (nothing of those is timed).
-        # The baseline is measured only once the cells have ended, with the learner's processes stopped.
+        # The baseline's first rounds are measured before any answer cell runs (the trust model): the
+        # learner's worker starts (torch's import) and is paused at once; its cells are sent only after
+        # every case's baseline is prepared. The clean workers' start-ups overlap this process's.
         base = _workers("baseline", fake, world)
         workers.append(base)
-        learner = _workers("learner", fake, world)
-        workers.append(learner)
         base.send({"op": "setup", "cells": [], "fake": fake})
-        learner.send({"op": "setup", "cells": cells, "fake": fake, "cell_timeout": float(job.get("cell_timeout") or 600)})
+        learner = _workers("learner", fake, world, host)
+        workers.append(learner)
+        learner.pause(True)
         v = _Verdict(fake, deadline)
         replayer = None
         if _replay_here(v.cuda, world):
@@ -1199,23 +1257,10 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
         lap("verdict_start")
         base.recv(deadline)
         lap("baseline_worker_start")
-        head, _ = learner.recv(deadline)
-        lap("learner_cells")
-        if isinstance(head.get("cells_s"), (int, float)):
-            phases["learner_cells_own_s"] = round(float(head["cells_s"]), 3)
-        notes = [str(n) for n in head.get("notes", [])][:50]
-        names = triton_kernel_names(cells)
-        prepared = {}
-        learner.pause(True)  # whatever the cells left running sleeps while the baseline is measured
-        try:
-            for c in cases:
-                try:
-                    prepared[c.grade_id] = _prepare(v, base, c)
-                except Exception as exc:  # the grader's own failure: no credit, say why
-                    verdicts[c.grade_id] = _verdict(c, 0.0, f"refused: grading failed: {type(exc).__name__}: {exc}", [])
-        finally:
-            learner.pause(False)
+        prepared = _prepare_all(v, base, cases, verdicts)
         lap("baseline_prepare")
+        notes = _run_cells(learner, setup, deadline, lap, phases)
+        names = triton_kernel_names(cells)
         if replayer is not None:
             replayer.recv(deadline)
         for gid, prep in prepared.items():
@@ -1225,24 +1270,81 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
             except Exception as exc:  # a dead or garbled worker: no credit, say why
                 verdicts[gid] = _verdict(prep.case, 0.0, f"refused: the worker stopped answering "
                                          f"({type(exc).__name__}: {str(exc)[:200]})", [])
-                learner.close()
-                learner = _workers("learner", fake, world)
-                workers.append(learner)
-                learner.send({"op": "setup", "cells": cells, "fake": fake,
-                              "cell_timeout": float(job.get("cell_timeout") or 600)})
-                if replayer is not None:  # a replayed kernel may have broken the replay worker's CUDA context
-                    replayer.close()
-                    replayer = _workers("replay", fake, 1)
-                    workers.append(replayer)
-                    replayer.send({"op": "setup", "cells": [], "fake": fake})
-                    replayer.recv(deadline)
-                learner.recv(deadline)
+                learner, replayer = _restart(learner, replayer, workers, setup, fake, world, host, deadline)
     finally:
         for w in workers:  # all at once: their CUDA contexts tear down in parallel
             w.kill()
         for w in workers:
             w.close()
     return {"verdicts": verdicts, "notes": notes, "fake": fake, "phases_s": phases}
+
+
+def _world(cases: list[PerfCase], fake: bool) -> tuple[int, dict[str, Any] | None]:
+    """(the cases' number of ranks, None), or with a result that grades none of them where this machine has
+    too few GPUs for the ranks (a measurement on too few would say nothing: not graded, rather than zero)."""
+    worlds = {c.world for c in cases}
+    if len(worlds) > 1:
+        raise ValueError(f"a perf.toml's cases must all run on the same number of ranks, got {sorted(worlds)}")
+    world = worlds.pop() if worlds else 1
+    if world > 1 and not fake:
+        import torch
+
+        if torch.cuda.device_count() < world:
+            from .grading import NOT_GRADED
+
+            line = f"{NOT_GRADED} (this part needs {world} GPUs; this machine has {torch.cuda.device_count()})"
+            return world, {"verdicts": {c.grade_id: _verdict(c, None, "", [line]) for c in cases}, "notes": [],
+                           "fake": fake, "phases_s": {}}
+    return world, None
+
+
+def _run_cells(learner: Any, setup: dict[str, Any], deadline: float, lap: Any, phases: dict[str, float]) -> list[str]:
+    """The answer cells run in the learner's worker (resumed for them); returns its notes (errors of the cells)."""
+    learner.pause(False)
+    learner.send(setup)
+    head, _ = learner.recv(deadline)
+    lap("learner_cells")
+    if isinstance(head.get("cells_s"), (int, float)):
+        phases["learner_cells_own_s"] = round(float(head["cells_s"]), 3)
+    return [str(n) for n in head.get("notes", [])][:50]
+
+
+def _prepare_all(v: _Verdict, base: Any, cases: list[PerfCase], verdicts: dict[str, Any]) -> dict[str, _Prepared]:
+    """Every case's reference and first baseline rounds; a case the grader cannot prepare gets its verdict here."""
+    prepared = {}
+    for c in cases:
+        try:
+            prepared[c.grade_id] = _prepare(v, base, c)
+        except Exception as exc:  # the grader's own failure: no credit, say why
+            verdicts[c.grade_id] = _verdict(c, 0.0, f"refused: grading failed: {type(exc).__name__}: {exc}", [])
+    return prepared
+
+
+def _learner_host(job: dict[str, Any]) -> Any:
+    """The grader host's socket for starting learner sandboxes (:mod:`mlsys.course.learnerbox`), where the
+    verdict runs in a sandbox of its own; None elsewhere (learner workers then start here)."""
+    fd = job.get("learner_host_fd")
+    if not isinstance(fd, int) or fd < 0:
+        return None
+    return learnerbox.LearnerClient(fd)
+
+
+def _restart(learner: Any, replayer: Any, workers: list[Any], setup: dict[str, Any], fake: bool, world: int,
+             host: Any, deadline: float) -> tuple[Any, Any]:
+    """A new learner worker (and replay worker: a replayed kernel may have broken its CUDA context) after one
+    stopped answering; the next case gets them."""
+    learner.close()
+    learner = _workers("learner", fake, world, host)
+    workers.append(learner)
+    learner.send(setup)
+    if replayer is not None:
+        replayer.close()
+        replayer = _workers("replay", fake, 1)
+        workers.append(replayer)
+        replayer.send({"op": "setup", "cells": [], "fake": fake})
+        replayer.recv(deadline)
+    learner.recv(deadline)
+    return learner, replayer
 
 
 def main() -> int:

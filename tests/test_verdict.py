@@ -1,0 +1,40 @@
+"""One verdict type from the verdict process to the graded cell (mlsys.course.verdict)."""
+
+from __future__ import annotations
+
+import pytest
+
+from mlsys.course.verdict import Verdict
+
+
+def test_the_status_is_a_field_and_the_cell_is_written_from_it():
+    graded = Verdict("perf_x", 4, 0.5, "", ("matmul: 1 ms",))
+    assert graded.status == "graded" and graded.score == 2.0
+    outs = graded.outputs(4)
+    assert outs[-1]["data"]["text/plain"] == "2" and outs[0]["text"] == "matmul: 1 ms\n"
+    refused = Verdict("perf_x", 4, 0.0, "refused: aten::mm")
+    assert refused.status == "refused" and refused.outputs(4)[-1]["ename"] == "PerformanceRefused"
+    none = Verdict("perf_x", 4, None, "", ("performance: not graded (no GPU)",))
+    assert none.status == "not_graded" and none.score is None and none.outputs(4)[-1]["data"]["text/plain"] == "0.0"
+    lost = Verdict.not_measured("perf_x", 4, "no verdict (time limit)")
+    assert lost.status == "not_measured" and lost.outputs(4)[0]["ename"] == "PerformanceNotMeasured"
+    for v in (graded, refused, none, lost):  # the wire form reads back as the same verdict
+        assert Verdict.from_dict(v.to_dict()) == v and v.metadata()["status"] == v.status
+
+
+def test_a_malformed_verdict_is_a_clear_error():
+    with pytest.raises(ValueError, match="grade_id"):
+        Verdict.from_dict({"credit": 1.0})
+    with pytest.raises(ValueError, match="credit must be"):
+        Verdict.from_dict({"grade_id": "perf_x", "credit": "1.0"})
+    with pytest.raises(ValueError, match=r"within \[0, 1\]"):
+        Verdict("perf_x", 1, 1.5)
+
+
+def test_the_verdict_process_sends_the_type():
+    from mlsys.course import trusted
+
+    case = trusted.PerfCase.from_dict("perf_double", {"function": "double", "points": 2, "args": {"x": [8]},
+                                                      "dtype": "float32", "reference": "x * 2", "baseline": "copy"})
+    d = trusted._verdict(case, 0.25, "", ["line"])
+    assert d["status"] == "graded" and d["score"] == 0.5 and Verdict.from_dict(d).credit == 0.25
