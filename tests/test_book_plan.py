@@ -91,12 +91,14 @@ def test_the_notes_re_measure_command_names_a_real_experiment_and_its_record_exi
 
 def test_book_numbers_follow_the_toc_with_measuring_a_gpu_closing_part_one():
     n = plan.chapter_numbers(ROOT)
-    # Part I: chapters 1-5 then Measuring a GPU (6); Part II starts at the roofline (7); the accelerators page
-    # follows Part III's five chapters (12-16) as 17, then the glossary and "How the numbers are made"
+    # Part I: chapters 1-5 then Measuring a GPU (6); Part II starts at the roofline (7) and ends with the attention
+    # chapter (12); the accelerators page follows Part III's five chapters (13-17) as 18, then the glossary and
+    # "How the numbers are made"
     assert n["chapters/05_memory_hierarchy"] == 5
     assert n["chapters/20_measuring_a_gpu"] == 6
     assert n["chapters/06_roofline"] == 7
-    assert n["chapters/11_many_gpus"] == 12
-    assert n["chapters/90_accelerators"] == 17
+    assert n["chapters/10a_attention"] == 12
+    assert n["chapters/11_many_gpus"] == 13
+    assert n["chapters/90_accelerators"] == 18
     assert {num: path for path, num in n.items()}[7] == site.lab_chapters(ROOT)["lab1_roofline"][2]
     assert site.lab_chapters(ROOT)["lab1_roofline"][0] == 7
