@@ -24,8 +24,9 @@ Definitions (``window`` is the step's interval ``[t0, t1]``, its length ``W = t1
 from __future__ import annotations
 
 import statistics
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 __all__ = ["Event", "SYNC_NAMES", "ELEMENTWISE_OPS", "CAUSES", "is_elementwise", "is_sync", "union_length",
            "work_events", "idle_fraction", "cause_shares", "median_shares", "rank", "rank_causes", "window_of",

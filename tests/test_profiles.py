@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from mlsys.profiles import (Event, cause_shares, events_from_torch, idle_fraction, rank_causes, union_length,
-                            window_of, work_events)
+from mlsys.profiles import (
+    Event,
+    cause_shares,
+    events_from_torch,
+    idle_fraction,
+    rank_causes,
+    union_length,
+    window_of,
+    work_events,
+)
 
 
 def test_union_length_counts_overlaps_once():
