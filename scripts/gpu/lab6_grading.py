@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
 
     spec = tomllib.loads((SOURCE / "perf.toml").read_text())
     out = {"device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
-           "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "torch": torch.__version__,
+           "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "torch": torch.__version__,
            "fake": a.fake, "spec": spec["perf_step"], "runs": {}}
     instructor = cells_of(SOURCE / f"{LAB}.ipynb")
     given = cells_of(SOURCE / f"{LAB}.ipynb", "from mlsys import block_step\nfixed_step = block_step.given_step\n")
