@@ -96,6 +96,10 @@ def test_perf_cell_times_the_fix_against_the_given_step():
 
     case = trusted.load_spec(NOTEBOOK.parent / "perf.toml")["perf_step"]
     assert trusted.forbidden_ops(case.forbid, ["mm", "addmm", "_scaled_dot_product_flash_attention"]) == []
+    # a whole step's own library kernels (cuBLAS GEMMs, attention) are its work under "none", refused under "matmul"
+    gemm = {"ampere_sgemm_128x64_nn": [10, 900.0]}  # 10 calls, 90 us of kernels each, 100 us measured per call
+    assert trusted.kernel_refusal("none", gemm, set(), set(), False, 10, 1e-4) == ""
+    assert "vendor library kernels" in trusted.kernel_refusal("matmul", gemm, set(), set(), False, 10, 1e-4)
     # at the spec's sizes the flops expression is the hand count: 6 * 4 * 256 * (12 * 512^2 + 2 * 256 * 512)
     x = spec["args"]["x"]
     assert eval(spec["flops"], {"__builtins__": {}}, {"x": x}) == 6 * 4 * 256 * (12 * 512 * 512 + 2 * 256 * 512)
