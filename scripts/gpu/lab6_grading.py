@@ -56,7 +56,7 @@ def summary(v: dict) -> dict:
     return {"score": v.get("score"), "points": v.get("points"), "credit": v.get("credit"), "reason": v.get("reason"),
             "line": (v.get("lines") or [""])[0], "baseline_rounds_s": ev.get("baseline_rounds_s"),
             "learner_rounds_s": ev.get("learner_rounds_s"), "remeasured": ev.get("remeasured"),
-            "kernels": list(ev.get("kernels") or {})[:6]}
+            "kernels": list(ev.get("kernels") or {})[:6], "replay": ev.get("replay")}
 
 
 def run(name: str, cases: dict, cells: list[str], timeout: float, fake: bool) -> dict:
