@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["Event", "SYNC_NAMES", "ELEMENTWISE_OPS", "CAUSES", "is_elementwise", "is_sync", "union_length",
-           "work_events", "idle_fraction", "cause_shares", "median_shares", "rank", "rank_causes", "window_of",
+           "work_events", "operator_count", "sync_calls", "idle_fraction", "cause_shares", "median_shares", "rank", "rank_causes", "window_of",
            "windows_of", "events_from_torch"]
 
 SYNC_NAMES = frozenset({
@@ -125,6 +125,25 @@ def _check_window(window: tuple[float, float]) -> float:
     if not t1 > t0:
         raise ValueError(f"the window must have t1 > t0 (microseconds), got {window}")
     return t1 - t0
+
+
+def operator_count(events: list[Event], window: tuple[float, float]) -> int:
+    """How many work events (kernels, or outermost CPU operators) start inside ``window``: a count that
+    does not depend on the machine's speed or load, only on the code and the library version."""
+    return sum(window[0] <= e.start < window[1] for e in work_events(events))
+
+
+def sync_calls(events: list[Event], window: tuple[float, float]) -> int:
+    """How many times the host waited in ``window``: synchronising calls (:func:`is_sync`), a call nested in
+    another (``aten::item`` inside ``aten::is_nonzero``) counted once with it."""
+    count, open_end = 0, None
+    for s, e in sorted((e.start, e.end) for e in events if is_sync(e) and window[0] <= e.start < window[1]):
+        if open_end is None or s >= open_end:
+            count += 1
+            open_end = e
+        else:
+            open_end = max(open_end, e)
+    return count
 
 
 def idle_fraction(events: list[Event], window: tuple[float, float]) -> float:

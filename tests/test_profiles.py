@@ -9,7 +9,9 @@ from mlsys.profiles import (
     cause_shares,
     events_from_torch,
     idle_fraction,
+    operator_count,
     rank_causes,
+    sync_calls,
     union_length,
     window_of,
     work_events,
@@ -53,6 +55,10 @@ def test_cpu_cause_shares_and_ranking():
     # element-wise: add 5 + gelu 20 + mul 10 + mul 10 = 45 us -> 0.45 (addmm, inside linear, is no cause)
     assert shares == pytest.approx({"host overhead": 0.43, "synchronisation": 0.02, "element-wise": 0.45})
     assert [c for c, _ in rank_causes(ev, (0, 100))] == ["element-wise", "host overhead", "synchronisation"]
+    # counts: six outermost operators start in [0, 100] (linear, add, item, gelu, mul, mul), three in [10, 60]
+    # (add, item, gelu); one sync call (_local_scalar_dense [22.5, 23.5] is inside item [22, 24])
+    assert operator_count(ev, (0, 100)) == 6 and operator_count(ev, (10, 60)) == 3
+    assert sync_calls(ev, (0, 100)) == 1 and sync_calls(ev, (30, 100)) == 0
 
 
 def test_gpu_profile_uses_kernels_as_work():
@@ -67,6 +73,8 @@ def test_gpu_profile_uses_kernels_as_work():
     assert cause_shares(ev, (0, 1000)) == pytest.approx({"host overhead": 0.78, "synchronisation": 0.3,
                                                          "element-wise": 0.07})
     assert [c for c, _ in rank_causes(ev, (0, 1000))] == ["host overhead", "synchronisation", "element-wise"]
+    # on a GPU the operators are the kernels: four; one synchronisation
+    assert operator_count(ev, (0, 1000)) == 4 and sync_calls(ev, (0, 1000)) == 1
 
 
 def test_bad_windows_and_missing_regions_are_named():
