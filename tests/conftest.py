@@ -74,7 +74,7 @@ def lab5_kernels() -> dict:
 # go through nbgrader and the sandbox once per session, not once per test (CI time).
 
 CORPORA = {"lab1_roofline": "lab1", "lab2_tiled_matmul": "lab2", "lab3_fusion": "lab3", "lab4_collectives": "lab4",
-           "lab5_attention": "lab5"}
+           "lab5_attention": "lab5", "lab6_profiling": "lab6"}
 # Submissions made from the instructor notebook by replacing the solution region of the named cells
 # (so they follow the lab as it changes), graded in the same course: {lab: {student: {grade_id: code}}}.
 EDITED = {
@@ -170,6 +170,7 @@ LONGEST = {
     "graded-lab3_fusion": 140,
     "test_colab.py::test_setup_cell_and_first_exercise_in_a_fresh_colab_like_venv": 130,
     "graded-lab1_roofline": 75,
+    "graded-lab6_profiling": 60,
     "test_lab_pipeline.py::test_nbval_lax_passes_over_instructor_and_release_notebooks": 60,
     "test_learner_mistakes.py::test_each_mistake_costs_its_exercise_and_names_itself": 50,
     "test_chapter_notebooks.py::test_part1_notebooks_execute_on_a_cpu": 110,  # five Part I notebooks, one kernel each

@@ -16,7 +16,7 @@ A lab with performance points keeps a spec next to its instructor notebook,
     reference = "torch.matmul(a, b)"       # expression in torch and the argument names
     baseline = "reference"                 # time the reference ("reference") or a copy of the arguments ("copy")
     baseline_expr = "torch.matmul(a, b)"   # optional: what is timed when baseline = "reference" (default: reference)
-    forbid = "matmul"                      # aten ops the function may not run: "matmul" (mm, bmm, addmm, sdpa,
+    forbid = "matmul"                      # aten ops the function may not run ("none": any, vendor kernels too): "matmul" (mm, bmm, addmm, sdpa,
                                            #  all_reduce, ...) or "compute" (anything but allocation and views)
     full_at = 0.5                          # share of the baseline that earns full credit ...
     zero_at = 0.0                          # ... and none (linear in between)
@@ -151,8 +151,8 @@ class PerfCase:
             raise ValueError(f"perf spec [{grade_id}]: unknown keys {sorted(unknown)}; expected some of {sorted(known)}")
         if d.get("baseline", "reference") not in ("reference", "copy"):
             raise ValueError(f"perf spec [{grade_id}]: baseline must be 'reference' or 'copy', got {d['baseline']!r}")
-        if d.get("forbid", "matmul") not in ("matmul", "compute", "collectives"):
-            raise ValueError(f"perf spec [{grade_id}]: forbid must be 'matmul', 'compute' or 'collectives', "
+        if d.get("forbid", "matmul") not in ("matmul", "compute", "collectives", "none"):
+            raise ValueError(f"perf spec [{grade_id}]: forbid must be 'matmul', 'compute', 'collectives' or 'none', "
                              f"got {d['forbid']!r}")
         if not isinstance(d.get("world", 1), int) or not 1 <= d.get("world", 1) <= 64:
             raise ValueError(f"perf spec [{grade_id}]: world must be a number of ranks from 1 to 64")
@@ -232,7 +232,7 @@ ALWAYS_ALLOWED_KERNELS = ("memcpy", "memset")
 def forbidden_ops(forbid: str, ops: set[str] | list[str]) -> list[str]:
     """Ops of ``ops`` that a case forbidding ``"matmul"``, ``"compute"`` or ``"collectives"`` refuses, in the one
     spelling (``aten::mm``, ``c10d::allreduce_``): :func:`mlsys.course.policy.forbidden`."""
-    return policy.forbidden(forbid, ops)
+    return policy.forbidden("step" if forbid == "none" else forbid, ops)
 
 
 def exchanged_point_to_point(ops: set[str] | list[str]) -> bool:
@@ -289,7 +289,7 @@ def kernel_refusal(forbid: str, kernels: dict[str, list[float]], harness: set[st
         return f"your Triton kernels are named like the grader's own ({', '.join(grader_named[:3])}): rename them"
     own = {n: c for n, c in kernels.items() if n not in harness}
     mine = {n for n in own if any(re.fullmatch(re.escape(t) + r"(_[0-9A-Za-z]+)?", n) for t in triton_names)}
-    vendor = sorted(n for n in own if n not in mine and any(m in n.lower() for m in VENDOR_KERNEL_MARKS)
+    vendor = sorted(n for n in own if forbid != "none" and n not in mine and any(m in n.lower() for m in VENDOR_KERNEL_MARKS)
                     and not (forbid == "collectives" and "sendrecv" in n.lower()))  # NCCL's point-to-point kernel
     if vendor:
         return f"vendor library kernels ran in the timed calls: {', '.join(v[:80] for v in vendor[:3])}"
