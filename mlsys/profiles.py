@@ -1,6 +1,6 @@
 """Reading a profile: where a step's wall time went (chapter 14, Lab 6).
 
-A profile is a list of timed events. This module reads one as plain records (:class:`Event`: a name, a
+A profile is a list of timed events. This module reads one as plain records (:class:`ProfileEvent`: a name, a
 start and a duration in microseconds, where it ran, on which thread), so it needs no profiler to be tested;
 :func:`events_from_torch` turns ``torch.profiler``'s events into them.
 
@@ -28,7 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Event", "SYNC_NAMES", "ELEMENTWISE_OPS", "CAUSES", "is_elementwise", "is_sync", "union_length",
+__all__ = ["ProfileEvent", "SYNC_NAMES", "ELEMENTWISE_OPS", "CAUSES", "is_elementwise", "is_sync", "union_length",
            "work_events", "operator_count", "sync_calls", "idle_fraction", "cause_shares", "median_shares", "rank", "rank_causes", "window_of",
            "windows_of", "events_from_torch"]
 
@@ -50,7 +50,7 @@ CAUSES = ("host overhead", "synchronisation", "element-wise")
 
 
 @dataclass(frozen=True)
-class Event:
+class ProfileEvent:
     """One profiled interval: ``start`` and ``duration`` in microseconds; ``device`` "cpu" or "cuda"."""
 
     name: str
@@ -64,12 +64,12 @@ class Event:
         return self.start + self.duration
 
 
-def is_sync(event: Event) -> bool:
+def is_sync(event: ProfileEvent) -> bool:
     """True for a host-side call that waits for the device (:data:`SYNC_NAMES`)."""
     return event.device == "cpu" and event.name in SYNC_NAMES
 
 
-def is_elementwise(event: Event) -> bool:
+def is_elementwise(event: ProfileEvent) -> bool:
     """True for an element-wise aten operator (CPU) or an element-wise kernel (GPU: PyTorch names them
     ``...elementwise_kernel...`` or ``...vectorized...``; Triton's fused ones ``triton_poi_...``)."""
     if event.device == "cuda":
@@ -93,10 +93,10 @@ def union_length(intervals: Iterable[tuple[float, float]]) -> float:
     return total + (0.0 if cur_end is None else cur_end - cur_start)
 
 
-def _outermost_aten(events: list[Event]) -> list[Event]:
+def _outermost_aten(events: list[ProfileEvent]) -> list[ProfileEvent]:
     """The CPU ``aten::`` events not contained in another ``aten::`` event of their thread."""
-    out: list[Event] = []
-    by_thread: dict[int, list[Event]] = {}
+    out: list[ProfileEvent] = []
+    by_thread: dict[int, list[ProfileEvent]] = {}
     for e in events:
         if e.device == "cpu" and e.name.startswith("aten::"):
             by_thread.setdefault(e.thread, []).append(e)
@@ -109,13 +109,13 @@ def _outermost_aten(events: list[Event]) -> list[Event]:
     return out
 
 
-def work_events(events: list[Event]) -> list[Event]:
+def work_events(events: list[ProfileEvent]) -> list[ProfileEvent]:
     """The kernels when the profile has any (a GPU's), else the outermost CPU aten operators."""
     kernels = [e for e in events if e.device == "cuda"]
     return kernels if kernels else _outermost_aten(events)
 
 
-def _clipped(events: Iterable[Event], window: tuple[float, float]) -> list[tuple[float, float]]:
+def _clipped(events: Iterable[ProfileEvent], window: tuple[float, float]) -> list[tuple[float, float]]:
     t0, t1 = window
     return [(max(e.start, t0), min(e.end, t1)) for e in events if e.end > t0 and e.start < t1]
 
@@ -127,13 +127,13 @@ def _check_window(window: tuple[float, float]) -> float:
     return t1 - t0
 
 
-def operator_count(events: list[Event], window: tuple[float, float]) -> int:
+def operator_count(events: list[ProfileEvent], window: tuple[float, float]) -> int:
     """How many work events (kernels, or outermost CPU operators) start inside ``window``: a count that
     does not depend on the machine's speed or load, only on the code and the library version."""
     return sum(window[0] <= e.start < window[1] for e in work_events(events))
 
 
-def sync_calls(events: list[Event], window: tuple[float, float]) -> int:
+def sync_calls(events: list[ProfileEvent], window: tuple[float, float]) -> int:
     """How many times the host waited in ``window``: synchronising calls (:func:`is_sync`), a call nested in
     another (``aten::item`` inside ``aten::is_nonzero``) counted once with it."""
     count, open_end = 0, None
@@ -146,13 +146,13 @@ def sync_calls(events: list[Event], window: tuple[float, float]) -> int:
     return count
 
 
-def idle_fraction(events: list[Event], window: tuple[float, float]) -> float:
+def idle_fraction(events: list[ProfileEvent], window: tuple[float, float]) -> float:
     """``1 - |union of work within window| / (t1 - t0)``: the share of the step with no work running."""
     length = _check_window(window)
     return 1.0 - union_length(_clipped(work_events(events), window)) / length
 
 
-def cause_shares(events: list[Event], window: tuple[float, float]) -> dict[str, float]:
+def cause_shares(events: list[ProfileEvent], window: tuple[float, float]) -> dict[str, float]:
     """{cause: share of the window}: host overhead (idle), synchronisation (host blocked), element-wise work."""
     length = _check_window(window)
     syncs = [e for e in events if is_sync(e)]
@@ -162,7 +162,7 @@ def cause_shares(events: list[Event], window: tuple[float, float]) -> dict[str, 
             "element-wise": union_length(_clipped(elementwise, window)) / length}
 
 
-def median_shares(events: list[Event], windows: list[tuple[float, float]]) -> dict[str, float]:
+def median_shares(events: list[ProfileEvent], windows: list[tuple[float, float]]) -> dict[str, float]:
     """{cause: the median of its share over ``windows``} (several steps of one profile: a step that the
     operating system interrupted moves a median less than a mean)."""
     if not windows:
@@ -176,12 +176,12 @@ def rank(shares: dict[str, float]) -> list[tuple[str, float]]:
     return sorted(shares.items(), key=lambda kv: (-kv[1], CAUSES.index(kv[0])))
 
 
-def rank_causes(events: list[Event], window: tuple[float, float]) -> list[tuple[str, float]]:
+def rank_causes(events: list[ProfileEvent], window: tuple[float, float]) -> list[tuple[str, float]]:
     """The causes of :func:`cause_shares` with their shares, largest first (ties in :data:`CAUSES` order)."""
     return rank(cause_shares(events, window))
 
 
-def window_of(events: list[Event], name: str) -> tuple[float, float]:
+def window_of(events: list[ProfileEvent], name: str) -> tuple[float, float]:
     """The interval of the (first) event called ``name``, e.g. a ``record_function("step")`` region."""
     for e in events:
         if e.name == name:
@@ -189,7 +189,7 @@ def window_of(events: list[Event], name: str) -> tuple[float, float]:
     raise ValueError(f"no event named {name!r} in the profile: wrap the step in record_function({name!r})")
 
 
-def windows_of(events: list[Event], name: str) -> list[tuple[float, float]]:
+def windows_of(events: list[ProfileEvent], name: str) -> list[tuple[float, float]]:
     """The intervals of every event called ``name`` (one per profiled step), in order of start."""
     found = sorted((e.start, e.end) for e in events if e.name == name)
     if not found:
@@ -197,12 +197,12 @@ def windows_of(events: list[Event], name: str) -> list[tuple[float, float]]:
     return found
 
 
-def events_from_torch(prof: Any) -> list[Event]:
-    """:class:`Event` records from a finished ``torch.profiler.profile`` (its ``events()``; duck-typed, so
+def events_from_torch(prof: Any) -> list[ProfileEvent]:
+    """:class:`ProfileEvent` records from a finished ``torch.profiler.profile`` (its ``events()``; duck-typed, so
     this module does not import torch). Microseconds, as the profiler reports them."""
     out = []
     for e in prof.events():
         device = "cuda" if "CUDA" in str(getattr(e, "device_type", "CPU")) else "cpu"
         rng = e.time_range
-        out.append(Event(e.name, float(rng.start), float(rng.end - rng.start), device, int(getattr(e, "thread", 0))))
+        out.append(ProfileEvent(e.name, float(rng.start), float(rng.end - rng.start), device, int(getattr(e, "thread", 0))))
     return out

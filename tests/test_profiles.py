@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mlsys.profiles import (
-    Event,
+    ProfileEvent,
     cause_shares,
     events_from_torch,
     idle_fraction,
@@ -26,16 +26,16 @@ def test_union_length_counts_overlaps_once():
         union_length([(3, 1)])
 
 
-def _cpu_step() -> list[Event]:
+def _cpu_step() -> list[ProfileEvent]:
     # a 100 us step on one CPU thread:
     #   [0,10] aten::linear containing aten::addmm [1,9]  (nested: counted once, as linear's 10 us)
     #   [15,20] aten::add (element-wise), [22,24] aten::item (a sync, and an outermost aten op)
     #   [30,50] aten::gelu (element-wise), [60,70] aten::mul (element-wise)
     #   MulBackward0 [80,95] (not aten) containing aten::mul [82,92] (outermost aten: 10 us, element-wise)
-    return [Event("step", 0, 100), Event("aten::linear", 0, 10), Event("aten::addmm", 1, 8),
-            Event("aten::add", 15, 5), Event("aten::item", 22, 2), Event("aten::_local_scalar_dense", 22.5, 1),
-            Event("aten::gelu", 30, 20), Event("aten::mul", 60, 10), Event("MulBackward0", 80, 15),
-            Event("aten::mul", 82, 10)]
+    return [ProfileEvent("step", 0, 100), ProfileEvent("aten::linear", 0, 10), ProfileEvent("aten::addmm", 1, 8),
+            ProfileEvent("aten::add", 15, 5), ProfileEvent("aten::item", 22, 2), ProfileEvent("aten::_local_scalar_dense", 22.5, 1),
+            ProfileEvent("aten::gelu", 30, 20), ProfileEvent("aten::mul", 60, 10), ProfileEvent("MulBackward0", 80, 15),
+            ProfileEvent("aten::mul", 82, 10)]
 
 
 def test_cpu_idle_fraction_is_wall_time_outside_outermost_operators():
@@ -65,9 +65,9 @@ def test_gpu_profile_uses_kernels_as_work():
     # host: a 1000 us step whose aten ops cover it all, one cudaStreamSynchronize [600, 900];
     # device: kernels [100,200] (gemm), [250,300] (vectorized_elementwise_kernel), [280,320] (elementwise,
     # overlapping on another stream) and [950,1000]: union 100 + 70 + 50 = 220 us -> idle 0.78
-    ev = [Event("step", 0, 1000), Event("aten::linear", 0, 1000), Event("cudaStreamSynchronize", 600, 300),
-          Event("sm90_xmma_gemm_f32", 100, 100, "cuda"), Event("vectorized_elementwise_kernel<add>", 250, 50, "cuda"),
-          Event("elementwise_kernel<gelu>", 280, 40, "cuda"), Event("ampere_sgemm", 950, 50, "cuda")]
+    ev = [ProfileEvent("step", 0, 1000), ProfileEvent("aten::linear", 0, 1000), ProfileEvent("cudaStreamSynchronize", 600, 300),
+          ProfileEvent("sm90_xmma_gemm_f32", 100, 100, "cuda"), ProfileEvent("vectorized_elementwise_kernel<add>", 250, 50, "cuda"),
+          ProfileEvent("elementwise_kernel<gelu>", 280, 40, "cuda"), ProfileEvent("ampere_sgemm", 950, 50, "cuda")]
     assert idle_fraction(ev, (0, 1000)) == pytest.approx(0.78)
     # sync 300/1000 = 0.3; element-wise kernels: union [250, 320] = 70 us -> 0.07
     assert cause_shares(ev, (0, 1000)) == pytest.approx({"host overhead": 0.78, "synchronisation": 0.3,
@@ -108,8 +108,8 @@ def test_median_over_steps_and_rank():
     from mlsys.profiles import median_shares, rank, windows_of
 
     # three 10 us steps; work (aten::add, element-wise) covers 2, 8 and 4 us of them: idle 0.8, 0.2, 0.6
-    ev = [Event("step", 0, 10), Event("aten::add", 0, 2), Event("step", 10, 10), Event("aten::add", 10, 8),
-          Event("step", 20, 10), Event("aten::add", 20, 4)]
+    ev = [ProfileEvent("step", 0, 10), ProfileEvent("aten::add", 0, 2), ProfileEvent("step", 10, 10), ProfileEvent("aten::add", 10, 8),
+          ProfileEvent("step", 20, 10), ProfileEvent("aten::add", 20, 4)]
     windows = windows_of(ev, "step")
     assert windows == [(0, 10), (10, 20), (20, 30)]
     # medians: idle of {0.8, 0.2, 0.6} = 0.6; element-wise of {0.2, 0.8, 0.4} = 0.4; sync 0
