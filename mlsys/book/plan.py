@@ -43,6 +43,9 @@ LABS: tuple[Lab, ...] = (
     Lab("lab5_attention", "FlashAttention", "chapters/10a_attention",
         "an online softmax, then a FlashAttention kernel in Triton",
         "CPU or Colab; a GPU for speed", (6, 10)),
+    Lab("lab6_profiling", "Where did the time go?", "chapters/14_profiling",
+        "profile a slow transformer step, find its three causes, fix them and show the new profile",
+        "CPU or Colab; graded on a CPU", (3, 5)),
 )
 
 #: hours of careful reading of the whole book, and of its chapter exercises (the review's totals)
@@ -66,14 +69,14 @@ class Week:
 TEN_WEEKS: tuple[Week, ...] = (
     Week(("01", "02")), Week(("03", "04")), Week(("05", "20")), Week(("06",), "lab1_roofline"),
     Week(("07", "08")), Week(("09",), "lab2_tiled_matmul"), Week(("10",), "lab3_fusion"),
-    Week(("10a",), "lab5_attention"), Week(("11",), "lab4_collectives"), Week(("14",))
+    Week(("10a",), "lab5_attention"), Week(("11",), "lab4_collectives"), Week(("14",), "lab6_profiling")
 )
 #: a 14-week course: every chapter, a lab every two or three weeks
 FOURTEEN_WEEKS: tuple[Week, ...] = (
     Week(("01",)), Week(("02", "03")), Week(("04",)), Week(("05", "20")), Week(("06",), "lab1_roofline"),
     Week(("07",)), Week(("08",)), Week(("09",), "lab2_tiled_matmul"), Week((), "lab2_tiled_matmul"),
     Week(("10",), "lab3_fusion"), Week(("10a",), "lab5_attention"), Week(("11",), "lab4_collectives"),
-    Week(("12", "13")), Week(("14", "15")),
+    Week(("12", "13")), Week(("14", "15"), "lab6_profiling"),
 )
 
 

@@ -135,8 +135,9 @@ def _scratch_course(root: Path, labs: list[str], tmp: Path) -> Path:
     (course / "source").mkdir(parents=True)
     shutil.copy2(root / "nbgrader_config.py", course / "nbgrader_config.py")
     for lab in labs:
+        # a run of the notebook leaves outputs beside it (Lab 6's profiles, *_trace.json): never part of a release
         shutil.copytree(root / "source" / lab, course / "source" / lab,
-                        ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
+                        ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__", "*_trace.json"))
     return course
 
 
