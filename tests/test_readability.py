@@ -172,40 +172,26 @@ PART3 = ["11_many_gpus", "12_tpus_and_dataflow", "13_runtime_power_clocks", "14_
          "15_choosing_hardware", "20_measuring_a_gpu", "90_accelerators"]
 
 
-@pytest.mark.book_targets
-def test_part3_meets_the_issue_44_targets(request):
-    if not _targets_requested(request.config):
-        pytest.skip("Part III targets: run `pytest -m book_targets tests/test_readability.py` after `make book`")
-    if not (HTML / "chapters").is_dir():
-        pytest.skip("no built book in _build/html: run `make book` first")
-    stats = r.chapter_stats(HTML)
-    missing = [c for c in PART3 if c not in stats]
-    assert not missing, f"Part III chapters missing from the built book: {missing}"
-    problems = [f"{c}: mean sentence {stats[c].mean_sentence:.1f} words (target < 20)"
-                for c in PART3 if stats[c].mean_sentence >= 20]
-    problems += [f"{c}: {stats[c].long_sentences} sentences over 40 words (target <= 5)"
-                 for c in PART3 if stats[c].long_sentences > 5]
-    assert not problems, "Part III misses its readability targets:\n" + r.report({c: stats[c] for c in PART3}) + \
-        "\n" + "\n".join(problems)
-
-
 # Issue 43's targets for Part II (the attention chapter included), per chapter, like Part III's.
 PART2 = ["06_roofline", "07_tensor_cores_and_formats", "08_writing_kernels", "09_tiling", "10_fusion_and_compilers",
          "10a_attention"]
 
 
+
 @pytest.mark.book_targets
-def test_part2_meets_the_issue_43_targets(request):
+@pytest.mark.parametrize("part, chapters", [("Part II (issue 43)", PART2), ("Part III (issue 44)", PART3)])
+def test_each_chapter_meets_its_issue_s_targets(request, part, chapters):
+    """Per chapter (not pooled): mean sentence under 20 words, at most 5 sentences over 40 words."""
     if not _targets_requested(request.config):
-        pytest.skip("Part II targets: run after `make book`")
+        pytest.skip(f"{part} targets: run after `make book`")
     if not (HTML / "chapters").is_dir():
         pytest.skip("no built book in _build/html: run `make book` first")
     stats = r.chapter_stats(HTML)
-    missing = [c for c in PART2 if c not in stats]
-    assert not missing, f"Part II chapters missing from the built book: {missing}"
+    missing = [c for c in chapters if c not in stats]
+    assert not missing, f"{part} chapters missing from the built book: {missing}"
     problems = [f"{c}: mean sentence {stats[c].mean_sentence:.1f} words (target < 20)"
-                for c in PART2 if stats[c].mean_sentence >= 20]
+                for c in chapters if stats[c].mean_sentence >= 20]
     problems += [f"{c}: {stats[c].long_sentences} sentences over 40 words (target <= 5)"
-                 for c in PART2 if stats[c].long_sentences > 5]
-    assert not problems, "Part II misses its readability targets:\n" + r.report({c: stats[c] for c in PART2}) + \
+                 for c in chapters if stats[c].long_sentences > 5]
+    assert not problems, f"{part} misses its readability targets:\n" + r.report({c: stats[c] for c in chapters}) + \
         "\n" + "\n".join(problems)
