@@ -636,9 +636,7 @@ def course_names(nb: dict[str, Any] | None) -> dict[str, str]:
         meta = _nbgrader(cell)
         if cell.get("cell_type") != "code" or meta.get("solution") or meta.get("grade"):
             continue
-        try:
-            tree = ast.parse("\n".join("" if _MAGIC.match(ln) else ln for ln in _text(cell).splitlines()))
-        except SyntaxError:
+        if (tree := _parsed(_text(cell))) is None:
             continue
         for node in tree.body:
             if isinstance(node, ast.Import):
@@ -650,13 +648,19 @@ def course_names(nb: dict[str, Any] | None) -> dict[str, str]:
     return names
 
 
+def _parsed(src: str) -> ast.Module | None:
+    """A cell's source parsed with its IPython magics blanked, or ``None`` if it is not Python."""
+    try:
+        return ast.parse("\n".join("" if _MAGIC.match(ln) else ln for ln in src.splitlines()))
+    except SyntaxError:
+        return None
+
+
 def jit_names(sources: list[str]) -> frozenset[str]:
     """The names of the ``@triton.jit`` functions (``@jit``, ``@triton.jit(...)``) that ``sources`` define."""
     names = set()
     for src in sources:
-        try:
-            tree = ast.parse("\n".join("" if _MAGIC.match(ln) else ln for ln in src.splitlines()))
-        except SyntaxError:
+        if (tree := _parsed(src)) is None:
             continue
         for node in ast.walk(tree):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
@@ -751,9 +755,7 @@ def notebook_imports(sources: list[str]) -> dict[str, set[str]]:
     """Every name the cells bind by import, with what it names (a notebook's cells share one namespace)."""
     out: dict[str, set[str]] = {}
     for src in sources:
-        try:
-            tree = ast.parse("\n".join("" if _MAGIC.match(ln) else ln for ln in src.splitlines()))
-        except SyntaxError:
+        if (tree := _parsed(src)) is None:
             continue
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
