@@ -44,6 +44,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from ..runtime import pysource
 from ..runtime.notebook import is_autograded
 
 __all__ = ["Flag", "Auditor", "ALLOWED_MODULES", "audit_source", "audit_notebook", "course_names", "format_flags"]
@@ -651,7 +652,7 @@ def course_names(nb: dict[str, Any] | None) -> dict[str, str]:
 def _parsed(src: str) -> ast.Module | None:
     """A cell's source parsed with its IPython magics blanked, or ``None`` if it is not Python."""
     try:
-        return ast.parse("\n".join("" if _MAGIC.match(ln) else ln for ln in src.splitlines()))
+        return pysource.parse("\n".join("" if _MAGIC.match(ln) else ln for ln in src.splitlines()))
     except SyntaxError:
         return None
 
@@ -689,7 +690,7 @@ def audit_source(source: str, cell: int = 0, course: dict[str, str] | None = Non
         else:
             py_lines.append(line)
     try:
-        tree = ast.parse("\n".join(py_lines))
+        tree = pysource.parse("\n".join(py_lines))
     except SyntaxError as exc:
         return flags + [Flag(cell, exc.lineno or 0, "syntax", f"does not parse: {exc.msg}")]
     kernels = jit if jit is not None else jit_names([source])

@@ -36,6 +36,7 @@ import types
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from ..runtime import pysource
 from ..runtime.device import has_cuda  # the tier rule: performance is graded only where this is True
 from . import policy
 
@@ -362,7 +363,7 @@ def _source_of(fn: Any) -> tuple[ast.AST, dict[str, Any], str]:
                 scope[var] = cell.cell_contents
             except ValueError:
                 pass
-    tree = ast.parse(src)
+    tree = pysource.parse(src)
     scope.update(_local_imports(tree))
     return tree, scope, getattr(target, "__name__", "function")
 

@@ -32,6 +32,7 @@ import re
 import secrets
 from typing import Any
 
+from ..runtime import pysource
 from . import proxy, watchdog
 
 __all__ = ["Rpc", "GraderNamespace", "course_imports", "answer_definitions", "run_test_cell", "grader_cells",
@@ -42,7 +43,7 @@ _MAGIC = re.compile(r"^\s*(%%?|!).*$", re.M)
 
 def _parse(source: str) -> ast.Module | None:
     try:
-        return ast.parse(_MAGIC.sub("", source))
+        return pysource.parse(_MAGIC.sub("", source))
     except SyntaxError:
         return None
 
@@ -284,7 +285,7 @@ def run_test_cell(source: str, course: dict[str, Any], rpc: Rpc, *, grader_only:
     lambdas = getattr(rpc, "lambdas", [])
     lambdas.clear()
     try:
-        tree = ast.parse(source, filename)
+        tree = pysource.parse(source, filename)
         tree = ast.fix_missing_locations(_WorkerLambdas(_bound_names(tree)).visit(tree))
         last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):

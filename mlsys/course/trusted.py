@@ -84,6 +84,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ..runtime import pysource
 from . import learnerbox, policy
 
 __all__ = ["PerfCase", "answer_cells", "load_spec", "find_spec", "grade_case", "grade_performance", "run_job", "main",
@@ -255,7 +256,7 @@ def triton_kernel_names(cells: list[str]) -> set[str]:
     names: set[str] = set()
     for src in cells:
         try:
-            tree = ast.parse(transform(src))
+            tree = pysource.parse(transform(src))
         except (SyntaxError, ValueError):
             continue
         for node in ast.walk(tree):

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import pysource
+
 __all__ = ["Cell", "cell_source", "is_autograded", "code_cells", "exec_cell", "run_cells", "exec_cells"]
 
 
@@ -92,7 +94,7 @@ def exec_cell(source: str, filename: str, ns: dict[str, Any]) -> tuple[Any, str,
     """Execute ``source`` in ``ns``; return (value of a trailing expression or None, stdout, stderr)."""
     filename = source_filename(filename, source)
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    tree = ast.parse(source, filename)
+    tree = pysource.parse(source, filename)
     last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
     out, err = io.StringIO(), io.StringIO()
     value = None
