@@ -38,8 +38,9 @@ DATASHEET = {
     "MI325X": (6000, {"fp64": 163.4, "fp32": 163.4, "tf32": 653.7, "bf16": 1307.4, "fp16": 1307.4, "fp8": 2614.9, "int8": 2614.9}),
     "Gaudi3": (3670, {"bf16": 1835, "fp8": 1835}),
     "Trainium2": (2900, {"fp32": 181, "tf32": 667, "bf16": 667, "fp16": 667, "fp8": 1299}),
-    "TPUv5p": (2765, {"bf16": 459, "int8": 918}),
-    "TPUv6e": (1638, {"bf16": 918, "int8": 1836}),
+    # Google prints fp8 for v5p and v6e at their bf16 rate (the v5p page; the TPU7x page's comparison table)
+    "TPUv5p": (2765, {"bf16": 459, "fp8": 459, "int8": 918}),
+    "TPUv6e": (1638, {"bf16": 918, "fp8": 918, "int8": 1836}),
     "L40S": (864, {"fp32": 91.6, "tf32": 366 / 2, "bf16": 733 / 2, "fp16": 733 / 2, "fp8": 1466 / 2, "int8": 1466 / 2}),
     "Jetson-AGX-Orin-64GB": (204.8, {"fp32": 5.3, "int8": 170 / 2}),
     "Apple-M1-Max": (400, {"fp32": 10.4}),
