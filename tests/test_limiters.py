@@ -154,3 +154,20 @@ def test_the_roofline_chapter_checks_the_limiters_the_h200_record_shows():
     text = (ROOT / "chapters" / "06_roofline.md").read_text(encoding="utf-8")
     assert {"issue", "latency", "tensor"} <= checked_limiters(text)
     assert 'second("layer_limiters")' in text
+
+
+def test_split_cases_cuts_ncu_rows_at_the_boundary_kernels():
+    rows = [{"name": n} for n in ("add", "mlsys_case_boundary", "sm_a", "sm_b", "mlsys_case_boundary",
+                                  "mlsys_case_boundary")]
+    # three cases: one kernel, two kernels, none (a case that failed to build still gets its boundary)
+    assert limiters.split_cases(rows, "mlsys_case_boundary", 3) == [[{"name": "add"}], [{"name": "sm_a"}, {"name": "sm_b"}],
+                                                                    []]
+    with pytest.raises(ValueError, match="expected 2 cases"):
+        limiters.split_cases(rows, "mlsys_case_boundary", 2)
+    with pytest.raises(ValueError, match="found 1 boundaries"):  # kernels after the last boundary: a lost case
+        limiters.split_cases(rows[:3], "mlsys_case_boundary", 1)
+
+
+def test_the_ncu_child_refuses_an_experiment_with_no_profile():
+    with pytest.raises(ValueError, match="profile_child"):
+        limiters.child("tile_configs", "all")
