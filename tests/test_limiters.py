@@ -171,3 +171,26 @@ def test_split_cases_cuts_ncu_rows_at_the_boundary_kernels():
 def test_the_ncu_child_refuses_an_experiment_with_no_profile():
     with pytest.raises(ValueError, match="profile_child"):
         limiters.child("tile_configs", "all")
+
+
+def _case(t: float, nbytes: int, units: dict, occupancy: float, limiter: str) -> dict:
+    return {"bytes": nbytes, "time": {"value": t, "unit": "s"},
+            "limiters": {"limiter": limiter, "kernels": [
+                {"name": "k", "units": units, "occupancy": occupancy, "duration": {"value": t * 0.9}},
+                {"name": "tiny", "units": {"dram": 99.0}, "occupancy": 5.0, "duration": {"value": t * 0.01}}]}}
+
+
+def test_kernel_limiters_summary_by_hand_and_missing_without_a_record():
+    from mlsys.bench.experiments import kernel_limiters as kl
+
+    units = {"dram": 88.0, "l2": 40.0, "issue": 20.0}
+    data = {"add_cuda": _case(200e-6, 805_306_368, units, 90.0, "dram"), "add_triton": {"failed": "no nvcc"}}
+    rows = kl.summary(data, ["add_cuda", "add_triton", "softmax_cuda"], copy_bandwidth=4.0e12)
+    # 805,306,368 B in 200 us = 4.03 TB/s, 100.7% of a 4.0 TB/s copy roof; the longest kernel names the unit
+    assert rows[0]["bandwidth"] == pytest.approx(4.0265e12, rel=1e-4) and rows[0]["share"] == pytest.approx(1.0066, rel=1e-3)
+    assert (rows[0]["limiter"], rows[0]["busiest"], rows[0]["busiest_pct"], rows[0]["occupancy"]) == ("dram", "dram", 88.0, 90.0)
+    assert rows[1] == {"case": "add_triton", "failed": "no nvcc"}
+    assert rows[2] == {"case": "softmax_cuda", "failed": "not recorded"}
+    assert kl.summary(None, ["add_cuda"], 4.0e12) is None  # no record: the page shows the figures as missing
+    with pytest.raises(ValueError, match="copy_bandwidth"):
+        kl.summary(data, ["add_cuda"], 0)

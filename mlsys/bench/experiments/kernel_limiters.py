@@ -248,3 +248,33 @@ def run(ctx: Any) -> dict[str, Any]:
         if "failed" not in out[name]:
             out[name]["limiters"] = limiters.kernel_limiters(kernels) if kernels else {"failed": "no kernel profiled"}
     return out
+
+
+MISSING = "not in the course's data yet"
+"""What a page shows for a figure of this experiment while no record of it exists."""
+
+
+def summary(data: dict[str, Any] | None, names: list[str], copy_bandwidth: float) -> list[dict[str, Any]] | None:
+    """Per case of a record's ``results``: median time (s), compulsory bytes over that time (B/s), its share of
+    ``copy_bandwidth`` (B/s, the same GPU's measured copy roof), FLOP/s where counted, and the limiter, busiest
+    unit and achieved occupancy (%) of the case's longest kernel. ``None`` when there is no record (``data`` is
+    None): the page then shows :data:`MISSING`. A case the record lacks or that failed is ``{"failed": why}``."""
+    if data is None:
+        return None
+    if copy_bandwidth <= 0:
+        raise ValueError(f"copy_bandwidth must be a positive rate in B/s, got {copy_bandwidth}")
+    out = []
+    for name in names:
+        case = data.get(name)
+        if not case or "failed" in case or "time" not in case or "failed" in case.get("limiters", {"failed": "none"}):
+            why = (case or {}).get("failed") or (case or {}).get("limiters", {}).get("failed") or "not recorded"
+            out.append({"case": name, "failed": why})
+            continue
+        t = case["time"]["value"]
+        longest = max(case["limiters"]["kernels"], key=lambda k: k["duration"]["value"])
+        unit = max(longest["units"], key=longest["units"].get)
+        out.append({"case": name, "time": t, "bandwidth": case["bytes"] / t, "share": case["bytes"] / t / copy_bandwidth,
+                    "flops": case["flops"] / t if "flops" in case else None, "limiter": case["limiters"]["limiter"],
+                    "busiest": unit, "busiest_pct": longest["units"][unit], "occupancy": longest["occupancy"],
+                    "kernels": len(case["limiters"]["kernels"])})
+    return out
