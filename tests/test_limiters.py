@@ -191,6 +191,21 @@ def test_kernel_limiters_summary_by_hand_and_missing_without_a_record():
     assert (rows[0]["limiter"], rows[0]["busiest"], rows[0]["busiest_pct"], rows[0]["occupancy"]) == ("dram", "dram", 88.0, 90.0)
     assert rows[1] == {"case": "add_triton", "failed": "no nvcc"}
     assert rows[2] == {"case": "softmax_cuda", "failed": "not recorded"}
+    timed_only = {"add_cuda": {**data["add_cuda"], "limiters": {"failed": "RuntimeError: ncu failed"}}}
+    (row,) = kl.summary(timed_only, ["add_cuda"], 4.0e12)  # a time without a profile keeps its bandwidth
+    assert row["share"] == pytest.approx(1.0066, rel=1e-3) and row["limiter"] is None
+    assert row["not_profiled"] == "RuntimeError: ncu failed"
     assert kl.summary(None, ["add_cuda"], 4.0e12) is None  # no record: the page shows the figures as missing
     with pytest.raises(ValueError, match="copy_bandwidth"):
         kl.summary(data, ["add_cuda"], 0)
+
+
+def test_limiter_phrase_names_the_busiest_unit_and_dram_beside_it():
+    from mlsys.bench.experiments import kernel_limiters as kl
+
+    units = {"dram": 45.7, "l2": 30.0, "issue": 78.9}
+    (row,) = kl.summary({"c": _case(1e-4, 10**8, units, 60.0, "issue")}, ["c"], 4.0e12)
+    assert kl.limiter_phrase(row) == "issue-bound: instruction issue at 79% of its peak, DRAM at 46%, occupancy 60%"
+    (row,) = kl.summary({"c": _case(1e-4, 10**8, {"dram": 91.0, "l2": 20.0}, 88.0, "dram")}, ["c"], 4.0e12)
+    assert kl.limiter_phrase(row) == "dram-bound: DRAM at 91% of its peak, occupancy 88%"
+    assert kl.limiter_phrase(None) is None

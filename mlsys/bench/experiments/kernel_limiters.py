@@ -227,8 +227,12 @@ def profile_child(case: str = "all") -> None:
 
 
 def _profile(names: list[str]) -> dict[str, list[dict[str, Any]]]:
+    import os
+
+    # Inductor compiles in the child's own process (no worker pool for ncu to follow)
+    env = {**os.environ, "TORCHINDUCTOR_COMPILE_THREADS": "1"}
     done = subprocess.run(limiters.ncu_argv("kernel_limiters", "all"), capture_output=True, text=True, timeout=900,
-                          check=False)
+                          check=False, env=env)
     if done.returncode != 0:
         raise RuntimeError(f"ncu failed (rc {done.returncode}): {done.stderr[-2000:]}")
     return dict(zip(names, limiters.split_cases(limiters.parse_ncu_csv(done.stdout), BOUNDARY, len(names)),
@@ -244,10 +248,32 @@ def run(ctx: Any) -> dict[str, Any]:
             continue
         t = timed(fn, "cuda", name, ctx.quick, check=check)
         out[name] = {**counts, "time": figure(t.median, "s", "median of the timed calls", t)}
-    for name, kernels in _profile(list(built)).items():
-        if "failed" not in out[name]:
+    try:
+        profiles = _profile(list(built))
+    except (RuntimeError, ValueError, FileNotFoundError, subprocess.TimeoutExpired) as exc:
+        # the timings stand on their own; each case says why it has no profile
+        profiles = {name: exc for name in built}
+    for name, kernels in profiles.items():
+        if "failed" in out[name]:
+            continue
+        if isinstance(kernels, BaseException):
+            out[name]["limiters"] = {"failed": f"{type(kernels).__name__}: {str(kernels)[:300]}"}
+        else:
             out[name]["limiters"] = limiters.kernel_limiters(kernels) if kernels else {"failed": "no kernel profiled"}
     return out
+
+
+def limiter_phrase(row: dict[str, Any] | None) -> str | None:
+    """``"dram-bound: DRAM at 91% of its peak, occupancy 88%"`` for a :func:`summary` row with a profile (the
+    busiest unit named, and DRAM beside it when another unit is busiest); ``None`` without one."""
+    if row is None or row.get("limiter") is None:
+        return None
+    names = {"dram": "DRAM", "l2": "the L2", "l1": "L1/shared memory", "issue": "instruction issue",
+             "tensor": "the tensor pipe", "fp32": "the FP32 pipe"}
+    text = f"{row['limiter']}-bound: {names[row['busiest']]} at {row['busiest_pct']:.0f}% of its peak"
+    if row["busiest"] != "dram" and "dram" in row["units"]:
+        text += f", DRAM at {row['units']['dram']:.0f}%"
+    return text + f", occupancy {row['occupancy']:.0f}%"
 
 
 MISSING = "not in the course's data yet"
@@ -257,24 +283,29 @@ MISSING = "not in the course's data yet"
 def summary(data: dict[str, Any] | None, names: list[str], copy_bandwidth: float) -> list[dict[str, Any]] | None:
     """Per case of a record's ``results``: median time (s), compulsory bytes over that time (B/s), its share of
     ``copy_bandwidth`` (B/s, the same GPU's measured copy roof), FLOP/s where counted, and the limiter, busiest
-    unit and achieved occupancy (%) of the case's longest kernel. ``None`` when there is no record (``data`` is
-    None): the page then shows :data:`MISSING`. A case the record lacks or that failed is ``{"failed": why}``."""
+    unit and achieved occupancy (%) of the case's longest kernel (``None``, with ``not_profiled`` saying why, when
+    the case has a time but no profile). ``None`` when there is no record (``data`` is None): the page then shows
+    :data:`MISSING`. A case the record lacks or that failed is ``{"case": name, "failed": why}``."""
     if data is None:
         return None
     if copy_bandwidth <= 0:
         raise ValueError(f"copy_bandwidth must be a positive rate in B/s, got {copy_bandwidth}")
     out = []
     for name in names:
-        case = data.get(name)
-        if not case or "failed" in case or "time" not in case or "failed" in case.get("limiters", {"failed": "none"}):
-            why = (case or {}).get("failed") or (case or {}).get("limiters", {}).get("failed") or "not recorded"
-            out.append({"case": name, "failed": why})
+        case = data.get(name) or {"failed": "not recorded"}
+        if "failed" in case or "time" not in case:
+            out.append({"case": name, "failed": case.get("failed", "no time recorded")})
             continue
         t = case["time"]["value"]
-        longest = max(case["limiters"]["kernels"], key=lambda k: k["duration"]["value"])
-        unit = max(longest["units"], key=longest["units"].get)
-        out.append({"case": name, "time": t, "bandwidth": case["bytes"] / t, "share": case["bytes"] / t / copy_bandwidth,
-                    "flops": case["flops"] / t if "flops" in case else None, "limiter": case["limiters"]["limiter"],
-                    "busiest": unit, "busiest_pct": longest["units"][unit], "occupancy": longest["occupancy"],
-                    "kernels": len(case["limiters"]["kernels"])})
+        row = {"case": name, "time": t, "bandwidth": case["bytes"] / t, "share": case["bytes"] / t / copy_bandwidth,
+               "flops": case["flops"] / t if "flops" in case else None, "limiter": None, "busiest": None,
+               "busiest_pct": None, "units": {}, "occupancy": None, "kernels": 0,
+               "not_profiled": case.get("limiters", {}).get("failed", "no profile recorded")}
+        if "kernels" in case.get("limiters", {}):
+            longest = max(case["limiters"]["kernels"], key=lambda k: k["duration"]["value"])
+            unit = max(longest["units"], key=longest["units"].get)
+            row.update(limiter=case["limiters"]["limiter"], busiest=unit, busiest_pct=longest["units"][unit],
+                       units=dict(longest["units"]),
+                       occupancy=longest["occupancy"], kernels=len(case["limiters"]["kernels"]), not_profiled=None)
+        out.append(row)
     return out
