@@ -88,13 +88,18 @@ def _record(experiment: str, device: str) -> dict:
     return json.loads((ROOT / "data" / "measurements" / device / f"{experiment}.json").read_text(encoding="utf-8"))
 
 
+def _exists(experiment: str, device: str) -> bool:
+    return (ROOT / "data" / "measurements" / device / f"{experiment}.json").is_file()
+
+
 PAGES = sorted((ROOT / "chapters").glob("*.md"))
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.stem)
 def test_a_page_showing_a_write_flushed_record_marks_it_in_its_evidence_layer(page):
     used, marked, glued = uses_and_marks(page)
-    flushed = {(e, d) for e, d in used if notes.write_flushed(_record(e, d))}
+    # a record not yet made (the page shows its figures as missing) was timed by no flush at all
+    flushed = {(e, d) for e, d in used if _exists(e, d) and notes.write_flushed(_record(e, d))}
     assert flushed <= marked, (f"{page.name} shows records timed with the write flush without a flush_note: "
                                f"{sorted(flushed - marked)}")
     text = page.read_text(encoding="utf-8")

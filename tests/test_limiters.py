@@ -188,6 +188,7 @@ def test_kernel_limiters_summary_by_hand_and_missing_without_a_record():
     rows = kl.summary(data, ["add_cuda", "add_triton", "softmax_cuda"], copy_bandwidth=4.0e12)
     # 805,306,368 B in 200 us = 4.03 TB/s, 100.7% of a 4.0 TB/s copy roof; the longest kernel names the unit
     assert rows[0]["bandwidth"] == pytest.approx(4.0265e12, rel=1e-4) and rows[0]["share"] == pytest.approx(1.0066, rel=1e-3)
+    assert (rows[0]["time_us"], rows[0]["tb_per_s"]) == (pytest.approx(200.0), pytest.approx(4.0265, rel=1e-4))
     assert (rows[0]["limiter"], rows[0]["busiest"], rows[0]["busiest_pct"], rows[0]["occupancy"]) == ("dram", "dram", 88.0, 90.0)
     assert rows[1] == {"case": "add_triton", "failed": "no nvcc"}
     assert rows[2] == {"case": "softmax_cuda", "failed": "not recorded"}

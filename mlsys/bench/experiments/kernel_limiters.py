@@ -281,7 +281,8 @@ MISSING = "not in the course's data yet"
 
 
 def summary(data: dict[str, Any] | None, names: list[str], copy_bandwidth: float) -> list[dict[str, Any]] | None:
-    """Per case of a record's ``results``: median time (s), compulsory bytes over that time (B/s), its share of
+    """Per case of a record's ``results``: median time (s, and ``time_us``), compulsory bytes over that time (B/s,
+    and ``tb_per_s``), its share of
     ``copy_bandwidth`` (B/s, the same GPU's measured copy roof), FLOP/s where counted, and the limiter, busiest
     unit and achieved occupancy (%) of the case's longest kernel (``None``, with ``not_profiled`` saying why, when
     the case has a time but no profile). ``None`` when there is no record (``data`` is None): the page then shows
@@ -297,7 +298,8 @@ def summary(data: dict[str, Any] | None, names: list[str], copy_bandwidth: float
             out.append({"case": name, "failed": case.get("failed", "no time recorded")})
             continue
         t = case["time"]["value"]
-        row = {"case": name, "time": t, "bandwidth": case["bytes"] / t, "share": case["bytes"] / t / copy_bandwidth,
+        row = {"case": name, "time": t, "time_us": t * 1e6, "bandwidth": case["bytes"] / t,
+               "tb_per_s": case["bytes"] / t / 1e12, "share": case["bytes"] / t / copy_bandwidth,
                "flops": case["flops"] / t if "flops" in case else None, "limiter": None, "busiest": None,
                "busiest_pct": None, "units": {}, "occupancy": None, "kernels": 0,
                "not_profiled": case.get("limiters", {}).get("failed", "no profile recorded")}
