@@ -751,3 +751,28 @@ def test_a_clean_worker_stopped_during_its_round_says_so_and_an_honest_one_does_
         stopped.ran_share, stopped.wall_s)
     # the cold round measured on this machine under load: 41% runnable of 6.5 ms is a page fault, not a stop
     assert not trusted.did_not_run(0.408, 0.0065) and trusted.did_not_run(0.2, 0.010)
+
+
+def test_the_preview_copies_outputs_to_the_host_after_the_round_not_inside_it(monkeypatch):
+    """The verdict's clock runs from a round's request to its "done": the preview's in-process worker must not copy
+    the outputs to the host before answering, or the learner's calls pay for that copy and the library's do not
+    (a correct Lab 2 kernel previewed at 52 ms against cuBLAS's 0.19 ms on an H200, 2026-12-02)."""
+    import torch
+
+    from mlsys.course import perfwire
+
+    copied = []
+    real = perfwire.tensor_bytes
+    monkeypatch.setattr(perfwire, "tensor_bytes", lambda t: (copied.append(tuple(t.shape)), real(t))[1])
+    w = trusted._LocalWorker({"double": lambda a: a * 2}, "cpu")
+    w.send({"op": "round", "fn": {"name": "double"}, "shapes": [[2, 3]], "dtype": "float32", "seeds": [1, 2],
+            "send_outputs": True, "send_inputs": True})
+    head, _ = w.recv(0)
+    assert head["done"] and head["error"] == "" and len(head["fingerprints"]) == 2
+    assert copied == []  # the round answered "done" with nothing copied yet
+    desc, blobs = w.recv(0)  # the two outputs, copied now: 2 x 3 fp32 = 24 bytes each
+    assert len(desc["tensors"]) == 2 and [len(b) for b in blobs] == [24, 24] and copied == [(2, 3), (2, 3)]
+    out = torch.frombuffer(bytearray(blobs[0]), dtype=torch.float32)
+    desc, blobs = w.recv(0)  # the inputs, one per call; the output is twice the first
+    assert len(blobs) == 2 and len(copied) == 4
+    assert torch.equal(out, 2 * torch.frombuffer(bytearray(blobs[0]), dtype=torch.float32))
