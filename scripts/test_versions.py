@@ -36,7 +36,7 @@ sys.path.insert(0, str(REPO))
 
 from mlsys.course import versions  # noqa: E402
 
-LABS = {"lab2_tiled_matmul": ("benchmark", "tma_check", "smem_table", "perf_matmul"),
+LABS = {"lab2_tiled_matmul": ("benchmark", "smem_table", "perf_matmul"),
         "lab3_fusion": ("compare", "count_show", "perf_elementwise", "perf_softmax"),
         "lab5_attention": ("measure", "plot", "recorded_gap", "perf_attention", "perf_attention_causal")}
 
