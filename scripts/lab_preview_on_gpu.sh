@@ -6,7 +6,7 @@
 # torch and Triton (CUDA builds) come from $PYTHON's environment. Copies ONLY the release notebook into an empty
 # folder and runs there the instructor's answer cells of Lab 2 and its performance cell (no perf.toml beside the
 # notebook: the spec must come from the installed package). Prints and writes $OUT/lab2_preview.json; on a GPU it also
-# times the learner's `matmul` (the autotuned grouped kernel) and torch.matmul with triton's do_bench, and fails
+# times the learner's `matmul` (the autotuned grouped kernel) and torch.matmul with mlsys.bench's time_fn, and fails
 # when the preview's share and that one differ by more than a factor of two.
 # Run from the repository root on a machine with an NVIDIA GPU:
 #   make venv && PYTHON=.venv/bin/python bash scripts/lab_preview_on_gpu.sh
@@ -53,11 +53,12 @@ spec = str(find_spec("lab2_tiled_matmul"))
 fn_name = load_spec(spec)["perf_matmul"].function
 assert ns[fn_name].__code__.co_filename == "<grouped_kernel>", (fn_name, ns[fn_name].__code__.co_filename)
 direct = {}
-if torch.cuda.is_available():  # a second clock, outside the grader: the kernel and cuBLAS timed by triton's do_bench
-    import triton.testing
+if torch.cuda.is_available():  # a second clock, outside the grader: the kernel and cuBLAS timed by the course's time_fn
+    from mlsys.bench.timing import time_fn
     a, b = (torch.randn(4096, 4096, device="cuda", dtype=torch.float16) for _ in range(2))
-    mine, lib = (triton.testing.do_bench(lambda f=f: f(a, b)) for f in (ns[fn_name], torch.matmul))
-    direct = {"do_bench_ms": {fn_name: mine, "torch.matmul": lib}, "do_bench_share": lib / mine}
+    mine, lib = (time_fn(lambda f=f: f(a, b), "cuda", what=name, repeats=20, warmup=3).median
+                 for f, name in ((ns[fn_name], fn_name), (torch.matmul, "torch.matmul")))
+    direct = {"time_fn_ms": {fn_name: mine * 1e3, "torch.matmul": lib * 1e3}, "time_fn_share": lib / mine}
 out = {"device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU (MLSYS_FAKE_TIMER dry run)", "torch": torch.__version__, "mlsys": mlsys.__file__,
        "perf_toml": spec, "spec_from_installed_package": spec.startswith(sys.argv[2]),
        "mlsys_from_installed_package": mlsys.__file__.startswith(sys.argv[2]),
@@ -67,8 +68,8 @@ print(json.dumps(out, indent=1))
 json.dump(out, open(f"{sys.argv[1]}/lab2_preview.json", "w"), indent=1)
 assert out["spec_from_installed_package"] and out["mlsys_from_installed_package"], "not the installed package"
 assert out["note"] == "a preview", out["note"]
-if direct:  # the preview's share and the direct one agree within a factor of two (the grader's rounds are shorter)
+if direct:  # the preview's share and time_fn's agree within a factor of two (the grader's rounds are shorter)
     import re
     share = float(re.search(r" share ([0-9.eE+-]+)", "\n".join(out["printed"]))[1])
-    assert 0.5 < share / direct["do_bench_share"] < 2, (share, direct)
+    assert 0.5 < share / direct["time_fn_share"] < 2, (share, direct)
 PYEOF
