@@ -614,13 +614,7 @@ def _workers(role: str, fake: bool, world: int, host: Any = None) -> Any:
 
 
 class _LocalWorker:
-    """The same protocol in this process: only for the learner's preview in the notebook.
-
-    ``send`` runs the round (the verdict's clock runs from the request to the "done" it answers); the outputs and
-    inputs it asks for are copied to the host only when ``recv`` reads them, after the clock stopped, as a
-    worker process sends them after its "done". (Copied inside ``send``, twenty 4096 x 4096 fp16 outputs added
-    about 50 ms a call to the learner's time on an H200, and none to the library's, whose rounds keep no outputs.)
-    """
+    """The same protocol in this process: only for the learner's preview in the notebook."""
 
     def __init__(self, namespace: dict[str, Any], device: str) -> None:
         self.namespace, self.device, self.pending = namespace, device, []
@@ -649,17 +643,19 @@ class _LocalWorker:
             head["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
         self.pending.append((head, []))
 
-        def later(tensors: list[Any]) -> Any:  # copied to the host when recv reads it, off the verdict's clock
-            def message() -> tuple[dict[str, Any], list[bytes]]:
+        def wire(tensors: list[Any]) -> Any:  # copied when received: after the round's "done", as a worker does
+            def later() -> tuple[dict[str, Any], list[bytes]]:
                 pairs = [perfwire.tensor_bytes(t) for t in tensors]
                 return {"tensors": [p[0] for p in pairs]}, [bytes(p[1]) for p in pairs]
-            return message
+            return later
         if msg.get("send_outputs") and not head["error"]:
-            self.pending.append(later(outs))
+            self.pending.append(wire(outs))
         if msg.get("send_inputs") and not head["error"]:
-            self.pending.append(later([t for args in inputs for t in args]))
+            self.pending.append(wire([t for args in inputs for t in args]))
 
     def recv(self, deadline: float) -> tuple[dict[str, Any], list[bytes]]:
+        """The next answer; a round's outputs and inputs are copied to the host only now, outside the round's
+        time (the verdict's clock stops at "done"; timing the copies made Lab 2's preview 0.0036 on an H200)."""
         item = self.pending.pop(0)
         return item() if callable(item) else item
 
