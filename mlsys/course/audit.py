@@ -63,6 +63,9 @@ _PRIVATE_PARTS = {
     "mlsys.course.cellrunner": "introspection", "mlsys.course.testcells": "introspection",
     "mlsys.course.proxy": "introspection", "mlsys.course.worker": "introspection",
     "mlsys.course.sandbox": "introspection", "mlsys.course.teach": "introspection",
+    # the verdict's parts, moved out of mlsys.course.trusted (issue 48): as private as it
+    "mlsys.course.perfspec": "introspection", "mlsys.course.perfrules": "introspection",
+    "mlsys.course.perfboxes": "introspection", "mlsys.course.perfrounds": "introspection",
     "torch.cuda.streams": "concurrency", "triton.runtime.driver": "introspection",
     # parts of allowed packages that run work where no record of the call sees it: other processes, native code
     # built or loaded at run time, other threads, other machines
