@@ -181,81 +181,16 @@ def grade_case(v: _Verdict, base_worker: Any, learner: Any, prep: _Prepared, tri
 
     t_case = time.monotonic()
     walls: list[list[float]] = []  # per round: baseline side, learner's round, its checks (wall seconds)
-    world = case.world
     try:
-        seeds = v.seeds(2 * world)
-        w = v.window(learner, fn, case, prep.shapes, seeds, record_ops=True, send_outputs=True, send_inputs=world == 1)
-        v.check_outputs(case, prep.ref_fn, prep.shapes, seeds, w, f"{case.function} (checked call)")
-        if world == 1:  # a collective works in place: its input is its output
-            v.check_inputs(case, prep.shapes, seeds, w)
-        _collective_refusal(case, w, "the checked calls")
-        _ops_refusal(v, case, w, "the checked call")
-        ev["ops"] = w.ops
-        seeds = v.seeds(2 * world)
-        w = v.window(learner, fn, case, prep.fresh_shapes, seeds, send_outputs=True, record_ops=True)
-        _collective_refusal(case, w, "the calls on fresh shapes")
-        v.check_outputs(case, prep.ref_fn, prep.fresh_shapes, seeds, w, f"{case.function} on fresh shapes")
-        _ops_refusal(v, case, w, "the calls on fresh shapes")
-        if world == 1:  # new values in the storage of the call before: a result kept by address is stale
-            seeds = v.seeds(3)
-            w = v.window(learner, fn, case, prep.shapes, seeds, send_outputs=True, same_storage=True, record_ops=True)
-            v.check_outputs(case, prep.ref_fn, prep.shapes, seeds, w,
-                            f"{case.function} (new values in the same input tensors)")
-            _ops_refusal(v, case, w, "the calls on reused input tensors")
+        _checked_calls(v, learner, fn, prep, ev)
         ev["checked_calls_wall_s"] = round(time.monotonic() - t_case, 3)
         timed, timed_fn = learner, fn
-        if replayer is not None and world == 1:
+        if replayer is not None and case.world == 1:
             timed, timed_fn = replayer, _replayed(v, learner, replayer, prep, ev)
             # from here the learner's processes are not needed until the next case: stopped, so nothing they
             # leave running (torch.compile's worker pool starting up, a thread) takes the CPU from the replay
-        mine: list[float] = []
-        traced: list[float] = []  # per round: device seconds per call the trace saw
-        kernels_seen: dict[str, list[float]] = {}
-        rounds = case.rounds
-        r = 0
-        while r < rounds:
-            t0 = time.monotonic()
-            learner.pause(True)
-            try:
-                _baseline_round(v, base_worker, prep, trace=v.trace and prep.trace_ok)
-            finally:
-                learner.pause(timed is not learner)  # replayed rounds: the learner's processes sleep through them
-            t1 = time.monotonic()
-            seeds = v.seeds(k * world)
-            on_cpu = timed is learner and not v.cuda  # every call recorded: no kernel trace judges them here
-            w = v.window(timed, timed_fn, case, prep.shapes, seeds, send_outputs=True, trace=v.trace,
-                         record_ops=world > 1 or on_cpu)
-            _collective_refusal(case, w, f"timed round {r + 1}")
-            if on_cpu:
-                _ops_refusal(v, case, w, f"timed round {r + 1}")
-            t2 = time.monotonic()
-            v.check_outputs(case, prep.ref_fn, prep.shapes, seeds, w, f"{case.function} (timed round {r + 1})")
-            walls.append([round(t1 - t0, 3), round(t2 - t1, 3), round(time.monotonic() - t2, 3)])
-            mine.append(w.seconds)
-            over = 0.0 if v.fake else min(prep.over)
-            ev["trace"] = "taken" if v.trace and prep.trace_ok else "unavailable on this machine"
-            if v.trace and prep.trace_ok:
-                if w.kernels is None:
-                    raise _Refused(f"no kernel trace of the timed calls ({w.trace_error or 'the worker sent none'})")
-                for name, (n, us) in w.kernels.items():
-                    c = kernels_seen.setdefault(name, [0, 0.0])
-                    c[0] += n
-                    c[1] += us
-                why = kernel_refusal(case.forbid, w.kernels, prep.harness, triton_names, case.kernels == "triton",
-                                     k, 0.0)  # what ran, round by round; how much of the time it covers: below
-                why = why or harness_refusal(w.kernels, prep.harness, prep.harness_us)
-                if why:
-                    raise _Refused(why)
-                traced.append(traced_per_call(w.kernels, prep.harness, k))
-            r += 1
-            b_s = (min(prep.base) - over) / k
-            if r == rounds and remeasure and rounds == case.rounds:
-                m_s = (min(mine) - over) / k
-                if m_s > 0 and credit_of(b_s / m_s, case) < 1.0:
-                    rounds += case.rounds  # a verdict below full credit is measured again before it stands
-            elif r >= 2 and rounds == case.rounds and not v.fake and sure_of_full_credit(b_s, (max(mine) - over) / k, case):
-                ev["stopped_early"] = f"after {r} rounds: full credit even at the slowest round, with room to spare"
-                break  # fewer rounds when every round, the slowest too, earns full credit with a margin
+        mine, traced, kernels_seen, rounds = _timed_rounds(v, base_worker, learner, timed, timed_fn, prep,
+                                                           triton_names, remeasure, ev, walls)
         over = 0.0 if v.fake else min(prep.over)
         base_s = (min(prep.base) - over) / k
         mine_s = (min(mine) - over) / k
@@ -263,53 +198,175 @@ def grade_case(v: _Verdict, base_worker: Any, learner: Any, prep: _Prepared, tri
         ev.update(rounds_wall_s=walls, case_wall_s=round(time.monotonic() - t_case, 3), learner_rounds_s=mine, baseline_rounds_s=prep.base, overhead_rounds_s=prep.over,
                   learner_spread=spread(mine), baseline_spread=spread(prep.base), remeasured=rounds > case.rounds,
                   kernels={n[:200]: c for n, c in sorted(kernels_seen.items(), key=lambda x: -x[1][1])[:8]})
-        if traced:
-            noise = 0.0 if v.fake else (max(prep.over) - min(prep.over)) / k
-            untraced = [(b - over) / k - t for b, t in zip(prep.base, prep.base_traced, strict=True) if t is not None]
-            ev["baseline_untraced_s"] = min(untraced) if untraced else None
-            why = coverage_refusal(statistics.median(traced), mine_s, noise, min(untraced) if untraced else 0.0)
-            if why:
-                raise _Refused(why)
+        _coverage_check(v, prep, traced, mine_s, ev)
         if not (mine_s > 0 and math.isfinite(mine_s)):
             raise _Refused(f"the measured time per call ({mine_s!r} s after the grader's own overhead) is not positive")
-        floor_line = ""
-        work = _work(case, prep.shapes, prep.itemsize)
-        if v.cuda and work is not None and case.world > 1:  # a collective: its bytes over the GPU's link
-            link = _link_bandwidth(v.torch)
-            if link is None:
-                floor_line = "; no datasheet link bandwidth for this GPU (no link floor)"
-            else:
-                floor = work[1] / link[1]
-                ev["link_floor_s"] = floor
-                floor_line = f"; link floor {floor * 1e3:.4g} ms ({link[0]})"
-                if mine_s < 0.9 * floor:
-                    raise _Refused(f"{case.function} took {mine_s * 1e3:.4g} ms per call, below the {floor * 1e3:.4g} ms "
-                                   f"its {work[1]:.3g} bytes per rank take at {link[0]}: no real exchange runs that fast")
-        elif v.cuda and work is not None:
-            roof = _measured_roof(v.torch, case.dtype)
-            if roof is not None:
-                floor = roofline_floor(work[0], work[1], roof)
-                ev["roofline_floor_s"] = floor
-                floor_line = f"; roofline floor {floor * 1e3:.4g} ms ({roof.label})"
-                if mine_s < 0.9 * floor:
-                    raise _Refused(f"{case.function} took {mine_s * 1e3:.4g} ms per call, below the roofline bound "
-                                   f"of {floor * 1e3:.4g} ms ({work[0]:.3g} FLOP, {work[1]:.3g} byte against "
-                                   f"{roof.label}): no real work runs that fast")
-            else:
-                floor_line = "; no measured roofs for this GPU (no roofline floor)"
+        floor_line = _floor_check(v, case, prep, mine_s, ev)
     except _Refused as exc:
         return _verdict(case, 0.0, f"refused: {exc}", [], ev)
     finally:
         learner.pause(False)
+    credit, line = _credit_line(v, prep, base_s, mine_s, mine, floor_line, ev)
+    return _verdict(case, credit, "", [line], ev)
+
+
+def _checked_calls(v: _Verdict, learner: Any, fn: dict[str, Any], prep: _Prepared, ev: dict[str, Any]) -> None:
+    """The calls checked before any is timed, in the learner's worker with their ops recorded: the case's
+    shapes (inputs left as they were, one rank), fresh shapes, and (one rank) new values in the storage of the
+    call before, so a result kept by address is stale. Raises :class:`_Refused` on a wrong output or a
+    forbidden op or collective; records the first call's ops in ``ev``."""
+    case, world = prep.case, prep.case.world
+    seeds = v.seeds(2 * world)
+    w = v.window(learner, fn, case, prep.shapes, seeds, record_ops=True, send_outputs=True, send_inputs=world == 1)
+    v.check_outputs(case, prep.ref_fn, prep.shapes, seeds, w, f"{case.function} (checked call)")
+    if world == 1:  # a collective works in place: its input is its output
+        v.check_inputs(case, prep.shapes, seeds, w)
+    _collective_refusal(case, w, "the checked calls")
+    _ops_refusal(v, case, w, "the checked call")
+    ev["ops"] = w.ops
+    seeds = v.seeds(2 * world)
+    w = v.window(learner, fn, case, prep.fresh_shapes, seeds, send_outputs=True, record_ops=True)
+    _collective_refusal(case, w, "the calls on fresh shapes")
+    v.check_outputs(case, prep.ref_fn, prep.fresh_shapes, seeds, w, f"{case.function} on fresh shapes")
+    _ops_refusal(v, case, w, "the calls on fresh shapes")
+    if world == 1:  # new values in the storage of the call before: a result kept by address is stale
+        seeds = v.seeds(3)
+        w = v.window(learner, fn, case, prep.shapes, seeds, send_outputs=True, same_storage=True, record_ops=True)
+        v.check_outputs(case, prep.ref_fn, prep.shapes, seeds, w,
+                        f"{case.function} (new values in the same input tensors)")
+        _ops_refusal(v, case, w, "the calls on reused input tensors")
+
+
+def _timed_rounds(v: _Verdict, base_worker: Any, learner: Any, timed: Any, timed_fn: Any, prep: _Prepared,
+                  triton_names: set[str], remeasure: bool, ev: dict[str, Any],
+                  walls: list[list[float]]) -> tuple[list[float], list[float], dict[str, list[float]], int]:
+    """The timed rounds, each a baseline round (the learner paused) then a window of ``case.repeats`` calls in
+    ``timed`` (the learner's worker, or the replayer), checked and judged by its kernel trace. A verdict below
+    full credit after ``case.rounds`` rounds is measured again as many rounds more (``remeasure``); from the
+    second round, rounds stop once even the slowest earns full credit with a margin. Returns each round's
+    seconds, the traced device seconds per call of each round, the kernels seen (calls, us) and the rounds
+    planned."""
+    import time
+
+    case, world, k = prep.case, prep.case.world, prep.case.repeats
+    mine: list[float] = []
+    traced: list[float] = []  # per round: device seconds per call the trace saw
+    kernels_seen: dict[str, list[float]] = {}
+    rounds = case.rounds
+    r = 0
+    while r < rounds:
+        t0 = time.monotonic()
+        learner.pause(True)
+        try:
+            _baseline_round(v, base_worker, prep, trace=v.trace and prep.trace_ok)
+        finally:
+            learner.pause(timed is not learner)  # replayed rounds: the learner's processes sleep through them
+        t1 = time.monotonic()
+        seeds = v.seeds(k * world)
+        on_cpu = timed is learner and not v.cuda  # every call recorded: no kernel trace judges them here
+        w = v.window(timed, timed_fn, case, prep.shapes, seeds, send_outputs=True, trace=v.trace,
+                     record_ops=world > 1 or on_cpu)
+        _collective_refusal(case, w, f"timed round {r + 1}")
+        if on_cpu:
+            _ops_refusal(v, case, w, f"timed round {r + 1}")
+        t2 = time.monotonic()
+        v.check_outputs(case, prep.ref_fn, prep.shapes, seeds, w, f"{case.function} (timed round {r + 1})")
+        walls.append([round(t1 - t0, 3), round(t2 - t1, 3), round(time.monotonic() - t2, 3)])
+        mine.append(w.seconds)
+        over = 0.0 if v.fake else min(prep.over)
+        ev["trace"] = "taken" if v.trace and prep.trace_ok else "unavailable on this machine"
+        if v.trace and prep.trace_ok:
+            traced.append(_judge_trace(w, prep, triton_names, kernels_seen))
+        r += 1
+        b_s = (min(prep.base) - over) / k
+        if r == rounds and remeasure and rounds == case.rounds:
+            m_s = (min(mine) - over) / k
+            if m_s > 0 and credit_of(b_s / m_s, case) < 1.0:
+                rounds += case.rounds  # a verdict below full credit is measured again before it stands
+        elif r >= 2 and rounds == case.rounds and not v.fake and sure_of_full_credit(b_s, (max(mine) - over) / k, case):
+            ev["stopped_early"] = f"after {r} rounds: full credit even at the slowest round, with room to spare"
+            break  # fewer rounds when every round, the slowest too, earns full credit with a margin
+    return mine, traced, kernels_seen, rounds
+
+
+def _judge_trace(w: _Window, prep: _Prepared, triton_names: set[str], kernels_seen: dict[str, list[float]]) -> float:
+    """One timed round's kernel trace judged: which kernels ran (added to ``kernels_seen``: calls, us), and the
+    grader's own harness kernels' time. Raises :class:`_Refused` on a missing trace or a refused kernel;
+    returns the traced device seconds per call (how much of the time it covers is judged after the rounds)."""
+    case, k = prep.case, prep.case.repeats
+    if w.kernels is None:
+        raise _Refused(f"no kernel trace of the timed calls ({w.trace_error or 'the worker sent none'})")
+    for name, (n, us) in w.kernels.items():
+        c = kernels_seen.setdefault(name, [0, 0.0])
+        c[0] += n
+        c[1] += us
+    why = kernel_refusal(case.forbid, w.kernels, prep.harness, triton_names, case.kernels == "triton",
+                         k, 0.0)  # what ran, round by round; how much of the time it covers: below
+    why = why or harness_refusal(w.kernels, prep.harness, prep.harness_us)
+    if why:
+        raise _Refused(why)
+    return traced_per_call(w.kernels, prep.harness, k)
+
+
+def _coverage_check(v: _Verdict, prep: _Prepared, traced: list[float], mine_s: float, ev: dict[str, Any]) -> None:
+    """Refuse a time per call that the kernel trace does not account for (:func:`coverage_refusal`), the
+    baseline's own untraced time and the overhead rounds' noise allowed; nothing without a trace."""
+    if not traced:
+        return
+    k = prep.case.repeats
+    over = 0.0 if v.fake else min(prep.over)
+    noise = 0.0 if v.fake else (max(prep.over) - min(prep.over)) / k
+    untraced = [(b - over) / k - t for b, t in zip(prep.base, prep.base_traced, strict=True) if t is not None]
+    ev["baseline_untraced_s"] = min(untraced) if untraced else None
+    why = coverage_refusal(statistics.median(traced), mine_s, noise, min(untraced) if untraced else 0.0)
+    if why:
+        raise _Refused(why)
+
+
+def _floor_check(v: _Verdict, case: PerfCase, prep: _Prepared, mine_s: float, ev: dict[str, Any]) -> str:
+    """On a GPU, refuse a time per call below what the work can take: a collective's bytes over the GPU's
+    datasheet link, other work's FLOP and bytes against the measured roofline (0.9 of either floor).
+    Returns the verdict line's note on the floor (empty on a CPU)."""
+    work = _work(case, prep.shapes, prep.itemsize)
+    if v.cuda and work is not None and case.world > 1:  # a collective: its bytes over the GPU's link
+        link = _link_bandwidth(v.torch)
+        if link is None:
+            return "; no datasheet link bandwidth for this GPU (no link floor)"
+        floor = work[1] / link[1]
+        ev["link_floor_s"] = floor
+        if mine_s < 0.9 * floor:
+            raise _Refused(f"{case.function} took {mine_s * 1e3:.4g} ms per call, below the {floor * 1e3:.4g} ms "
+                           f"its {work[1]:.3g} bytes per rank take at {link[0]}: no real exchange runs that fast")
+        return f"; link floor {floor * 1e3:.4g} ms ({link[0]})"
+    if v.cuda and work is not None:
+        roof = _measured_roof(v.torch, case.dtype)
+        if roof is None:
+            return "; no measured roofs for this GPU (no roofline floor)"
+        floor = roofline_floor(work[0], work[1], roof)
+        ev["roofline_floor_s"] = floor
+        if mine_s < 0.9 * floor:
+            raise _Refused(f"{case.function} took {mine_s * 1e3:.4g} ms per call, below the roofline bound "
+                           f"of {floor * 1e3:.4g} ms ({work[0]:.3g} FLOP, {work[1]:.3g} byte against "
+                           f"{roof.label}): no real work runs that fast")
+        return f"; roofline floor {floor * 1e3:.4g} ms ({roof.label})"
+    return ""
+
+
+def _credit_line(v: _Verdict, prep: _Prepared, base_s: float, mine_s: float, mine: list[float], floor_line: str,
+                 ev: dict[str, Any]) -> tuple[float, str]:
+    """The credit of the learner's share of the baseline's time, and the verdict's line that says how it
+    was reached (times, share, thresholds, timer, rounds, spreads, re-measurement, floor)."""
+    case, k = prep.case, prep.case.repeats
     share = base_s / mine_s
     credit = credit_of(share, case)
     what = "a copy of its inputs" if case.baseline == "copy" else (case.baseline_expr or case.reference)
     timer = "fake timer (CI)" if v.fake else f"verdict clock on {v.device}"
-    lines = [f"{case.function}: {mine_s * 1e3:.4g} ms, baseline ({what}): {base_s * 1e3:.4g} ms, share {share:.3g} "
-             f"(full credit at {case.full_at:g}, none at {case.zero_at:g}) -> credit {credit:.2f} [{timer}; "
-             f"{len(mine)} rounds of {k} checked calls, spread {spread(mine):.1%} / baseline {spread(prep.base):.1%}"
-             f"{', re-measured' if ev.get('remeasured') else ''}{floor_line}]"]
-    return _verdict(case, credit, "", lines, ev)
+    line = (f"{case.function}: {mine_s * 1e3:.4g} ms, baseline ({what}): {base_s * 1e3:.4g} ms, share {share:.3g} "
+            f"(full credit at {case.full_at:g}, none at {case.zero_at:g}) -> credit {credit:.2f} [{timer}; "
+            f"{len(mine)} rounds of {k} checked calls, spread {spread(mine):.1%} / baseline {spread(prep.base):.1%}"
+            f"{', re-measured' if ev.get('remeasured') else ''}{floor_line}]")
+    return credit, line
+
 
 def answer_cells(nb: dict[str, Any]) -> list[str]:
     """Sources of every code cell of ``nb`` that is not an autograded test cell (what the learner controls)."""
@@ -347,21 +404,7 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
     host = _learner_host(job)
     setup = {"op": "setup", "cells": cells, "fake": fake, "cell_timeout": float(job.get("cell_timeout") or 600)}
     try:
-        # The baseline's first rounds are measured before any answer cell runs (the trust model): the
-        # learner's worker starts (torch's import) and is paused at once; its cells are sent only after
-        # every case's baseline is prepared. The clean workers' start-ups overlap this process's.
-        base = _workers("baseline", fake, world)
-        workers.append(base)
-        base.send({"op": "setup", "cells": [], "fake": fake})
-        learner = _workers("learner", fake, world, host)
-        workers.append(learner)
-        learner.pause(True)
-        v = _Verdict(fake, deadline)
-        replayer = None
-        if _replay_here(v.cuda, world):
-            replayer = _workers("replay", fake, 1)
-            workers.append(replayer)
-            replayer.send({"op": "setup", "cells": [], "fake": fake})
+        base, learner, v, replayer = _start_workers(fake, world, host, deadline, workers)
         lap("verdict_start")
         base.recv(deadline)
         lap("baseline_worker_start")
@@ -385,6 +428,29 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
         for w in workers:
             w.close()
     return {"verdicts": verdicts, "notes": notes, "fake": fake, "phases_s": phases}
+
+
+def _start_workers(fake: bool, world: int, host: Any, deadline: float, workers: list[Any]) -> tuple[Any, Any, _Verdict, Any]:
+    """The baseline worker, the learner's worker (paused at once), this process's verdict state and, where a
+    one-rank case is replayed (:data:`REPLAY_ENV`), the replay worker; each worker is appended to ``workers``
+    as it starts, so that the caller ends every one that started.
+
+    The baseline's first rounds are measured before any answer cell runs (the trust model): the learner's
+    worker starts (torch's import) and is paused at once; its cells are sent only after every case's baseline
+    is prepared. The clean workers' start-ups overlap this process's."""
+    base = _workers("baseline", fake, world)
+    workers.append(base)
+    base.send({"op": "setup", "cells": [], "fake": fake})
+    learner = _workers("learner", fake, world, host)
+    workers.append(learner)
+    learner.pause(True)
+    v = _Verdict(fake, deadline)
+    replayer = None
+    if _replay_here(v.cuda, world):
+        replayer = _workers("replay", fake, 1)
+        workers.append(replayer)
+        replayer.send({"op": "setup", "cells": [], "fake": fake})
+    return base, learner, v, replayer
 
 
 def _world(cases: list[PerfCase], fake: bool) -> tuple[int, dict[str, Any] | None]:
