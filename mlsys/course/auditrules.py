@@ -129,7 +129,8 @@ _COURSE_MODULES = ("worker", "checks", "grading", "proxy", "testcells", "cellrun
                    # parts of grading and trusted moved into modules of their own (issue 48): their names too
                    "checkerror", "librarycalls", "perfspec", "perfrules", "perfboxes", "perfrounds",
                    "auditor", "auditrules", "nbgraderrun", "release", "submission", "gradedrow", "classplan", "classrun",
-                   "classgrading")
+                   "classgrading", "guardbuffers", "guardrun", "workerhalves", "silentchecks", "ringworker",
+                   "softmaxchecks")
 
 
 def _patchable_names() -> frozenset[str]:
