@@ -296,12 +296,6 @@ FUNCTIONS_NOT_YET_SPLIT: dict[str, int] = {
     "perfworker.py:main": 112,
     "proxy.py:decode": 70,
     "replay.py:record_call": 71,
-    "submission.py:_grade_one": 91,
-    "classplan.py:plan": 87,
-    "classrun.py:run_local": 67,
-    "classgrading.py:grade": 71,
-    "classrun.py:run_slurm": 75,
-    "teach.py:main": 87,
 }
 
 

@@ -138,30 +138,16 @@ def grade(root: Path | None = None, *, submitted: Path | None = None, out_csv: P
     """
     root = (root or labs_root()).resolve()
     out_csv = out_csv or root / "grades.csv"
-    if use_sandbox:
-        sandbox.check()
-    else:
-        print(sandbox.NO_SANDBOX_WARNING, file=sys.stderr, flush=True)
-    if slurm_options is not None and perf is None and os.environ.get("MLSYS_FAKE_TIMER") != "1":
-        perf = "cuda" if "gpu" in (slurm_options.gres or "") else "off"
-    perf = _perf_mode(perf)
-    settings = _settings_key(perf=perf, use_sandbox=use_sandbox, timeout=timeout, cell_timeout=cell_timeout,
-                             feedback=feedback, root=root)
-    if labs:
-        known_labs(root, labs)
-    if submitted is not None and not Path(submitted).is_dir():
-        raise ValueError(f"--submitted {submitted}: no such folder (expected <student>/<lab>/<lab>.ipynb in it)")
+    perf, settings = _checked_settings(root, use_sandbox=use_sandbox, slurm_options=slurm_options, perf=perf,
+                                       timeout=timeout, cell_timeout=cell_timeout, feedback=feedback, labs=labs,
+                                       submitted=submitted)
     p = plan(root, submitted=submitted, labs=labs, settings=settings, regrade=regrade)
     if verbose:
-        print(f"{len(p.todo)} submission(s) to grade, {len(p.done)} unchanged since they were graded (kept), "
-              f"{len(p.problems)} that cannot be graded", flush=True)
-        for why, n in sorted(p.again.items()):
-            print(f"  {n} graded again: {why}", flush=True)
+        _say_plan(p)
     extra = [f"--Execute.timeout={int(cell_timeout)}"] if cell_timeout else []
     unstored: dict[tuple[str, str], Row] = {}
     missing: dict[tuple[str, str], str] = {}
-    before = {q: _sha(q) for s in p.todo for f in s.files() for q in ([f] if f.is_file() else f.rglob("*"))
-              if q.is_file() and not q.is_symlink()}
+    before = _handed_in(p)
     needed = sorted({s.lab for s in p.todo})
     try:
         if p.todo and slurm_options is not None:
@@ -187,3 +173,39 @@ def grade(root: Path | None = None, *, submitted: Path | None = None, out_csv: P
     if after != before:  # a safety net: grading must never change what students handed in
         raise RuntimeError("a submitted file changed during grading; this is a bug in mlsys.course.teach")
     return report(p, out_csv, unstored=unstored, missing=missing)
+
+
+def _checked_settings(root: Path, *, use_sandbox: bool, slurm_options: slurm.SlurmOptions | None, perf: str | None,
+                      timeout: float, cell_timeout: int | None, feedback: bool, labs: list[str] | None,
+                      submitted: Path | None) -> tuple[str, dict[str, Any]]:
+    """Before a run: the sandbox checked (or its absence said loudly), the performance mode decided (on Slurm: a
+    GPU where ``--gres`` asks for one), the labs and the submitted folder checked; returns the mode and the
+    settings every row's key holds."""
+    if use_sandbox:
+        sandbox.check()
+    else:
+        print(sandbox.NO_SANDBOX_WARNING, file=sys.stderr, flush=True)
+    if slurm_options is not None and perf is None and os.environ.get("MLSYS_FAKE_TIMER") != "1":
+        perf = "cuda" if "gpu" in (slurm_options.gres or "") else "off"
+    perf = _perf_mode(perf)
+    settings = _settings_key(perf=perf, use_sandbox=use_sandbox, timeout=timeout, cell_timeout=cell_timeout,
+                             feedback=feedback, root=root)
+    if labs:
+        known_labs(root, labs)
+    if submitted is not None and not Path(submitted).is_dir():
+        raise ValueError(f"--submitted {submitted}: no such folder (expected <student>/<lab>/<lab>.ipynb in it)")
+    return perf, settings
+
+
+def _say_plan(p: Plan) -> None:
+    """How many submissions a run grades, keeps and cannot grade, and why stored rows are graded again."""
+    print(f"{len(p.todo)} submission(s) to grade, {len(p.done)} unchanged since they were graded (kept), "
+          f"{len(p.problems)} that cannot be graded", flush=True)
+    for why, n in sorted(p.again.items()):
+        print(f"  {n} graded again: {why}", flush=True)
+
+
+def _handed_in(p: Plan) -> dict[Path, str]:
+    """A digest of every file the run's submissions hold (links left out): grading must never change one."""
+    return {q: _sha(q) for s in p.todo for f in s.files() for q in ([f] if f.is_file() else f.rglob("*"))
+            if q.is_file() and not q.is_symlink()}

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -73,48 +74,65 @@ def plan(root: Path | None = None, *, submitted: Path | None = None, labs: list[
                 problem(entry.stem, "(none)", f"notebook {entry.name} directly in submitted/, not in a student's "
                                               f"folder: {expected}")
             continue
-        student, any_work = entry.name, False
-        shown = printable_name(student)
-        if shown != student:  # bytes that are not UTF-8: no report, row file or terminal can hold the name as it is
-            if not labs:
-                problem(shown, "(none)", "the folder name is not valid UTF-8 (shown here with \\x escapes): rename "
-                                         f"the folder and grade again; {expected}")
+        _student_folder(entry, known, labs, expected, found, problem)
+    todo, done, again = _split_by_stored_rows(root, found, settings, regrade)
+    graded_labs = sorted({s.lab for s in found} | {r.lab for r in problems if r.lab in known})
+    return Plan(root, submitted, graded_labs, todo, done, problems, settings, {k: v for k, v in again.items() if k})
+
+
+def _student_folder(entry: Path, known: list[str], labs: list[str] | None, expected: str, found: list[Submission],
+                    problem: Callable[[str, str, str], None]) -> None:
+    """One student's folder of ``submitted/``: each lab folder (or notebook saved without one) of a known lab
+    appended to ``found`` (only ``labs`` where given), and a failed row through ``problem`` for a name that is not
+    UTF-8, an unknown lab, a stray notebook or a folder with nothing to grade."""
+    student, any_work = entry.name, False
+    shown = printable_name(student)
+    if shown != student:  # bytes that are not UTF-8: no report, row file or terminal can hold the name as it is
+        if not labs:
+            problem(shown, "(none)", "the folder name is not valid UTF-8 (shown here with \\x escapes): rename "
+                                     f"the folder and grade again; {expected}")
+        return
+    for child in sorted(entry.iterdir()):
+        if child.is_symlink():
             continue
-        for child in sorted(entry.iterdir()):
-            if child.is_symlink():
+        if child.is_dir():
+            lab = child.name
+            if child.name in (".ipynb_checkpoints", "__pycache__"):
                 continue
-            if child.is_dir():
-                lab = child.name
-                if child.name in (".ipynb_checkpoints", "__pycache__"):
-                    continue
-                any_work = True
-                if labs and lab not in labs:
-                    continue
-                if lab not in known:
-                    problem(student, lab, f"unknown lab {lab!r}; expected one of {known}")
-                    continue
-                nb, note = child / f"{lab}.ipynb", ""
-                others = sorted(q for q in child.glob("*.ipynb") if q.is_file() and not q.is_symlink())
-                if not nb.exists() and len(others) == 1:  # "lab1 (1).ipynb", as a browser saves a second download
-                    nb, note = others[0], (f"the notebook is named {printable_name(others[0].name)!r}; graded as "
-                                           f"{lab} (expected {lab}/{lab}.ipynb)")
-                found.append(Submission(student, lab, nb, child, note=note))
-            elif child.suffix == ".ipynb":
-                any_work = True
-                lab = child.stem
-                if lab in known and (entry / lab).is_dir():
-                    continue  # a loose copy beside the lab folder: the folder is what is graded
-                if labs and lab not in labs:
-                    continue
-                if lab in known:
-                    found.append(Submission(student, lab, child, None,
-                                            note=f"notebook saved without its lab folder ({student}/{child.name}); "
-                                                 f"graded as {lab} (expected {student}/{lab}/{lab}.ipynb)"))
-                elif not labs:
-                    problem(student, lab, f"notebook {child.name} is not in a lab folder and its name is not a "
-                                          f"lab's; {expected}, <lab> one of {known}")
-        if not any_work and not labs:
-            problem(student, "(none)", f"nothing to grade in submitted/{student}/: {expected}")
+            any_work = True
+            if labs and lab not in labs:
+                continue
+            if lab not in known:
+                problem(student, lab, f"unknown lab {lab!r}; expected one of {known}")
+                continue
+            nb, note = child / f"{lab}.ipynb", ""
+            others = sorted(q for q in child.glob("*.ipynb") if q.is_file() and not q.is_symlink())
+            if not nb.exists() and len(others) == 1:  # "lab1 (1).ipynb", as a browser saves a second download
+                nb, note = others[0], (f"the notebook is named {printable_name(others[0].name)!r}; graded as "
+                                       f"{lab} (expected {lab}/{lab}.ipynb)")
+            found.append(Submission(student, lab, nb, child, note=note))
+        elif child.suffix == ".ipynb":
+            any_work = True
+            lab = child.stem
+            if lab in known and (entry / lab).is_dir():
+                continue  # a loose copy beside the lab folder: the folder is what is graded
+            if labs and lab not in labs:
+                continue
+            if lab in known:
+                found.append(Submission(student, lab, child, None,
+                                        note=f"notebook saved without its lab folder ({student}/{child.name}); "
+                                             f"graded as {lab} (expected {student}/{lab}/{lab}.ipynb)"))
+            elif not labs:
+                problem(student, lab, f"notebook {child.name} is not in a lab folder and its name is not a "
+                                      f"lab's; {expected}, <lab> one of {known}")
+    if not any_work and not labs:
+        problem(student, "(none)", f"nothing to grade in submitted/{student}/: {expected}")
+
+
+def _split_by_stored_rows(root: Path, found: list[Submission], settings: dict[str, Any],
+                          regrade: bool) -> tuple[list[Submission], list[Submission], dict[str, int]]:
+    """Each found submission keyed (files, instructor version, settings): ``done`` when its stored row has the same
+    key and grader (unless ``regrade``), else ``todo``; with the count of each reason a stored row is graded again."""
     store = RowStore(root)
     todo, done = [], []
     again: dict[str, int] = {}
@@ -128,8 +146,7 @@ def plan(root: Path | None = None, *, submitted: Path | None = None, labs: list[
         todo.append(sub)
         if why:
             again[why] = again.get(why, 0) + 1
-    graded_labs = sorted({s.lab for s in found} | {r.lab for r in problems if r.lab in known})
-    return Plan(root, submitted, graded_labs, todo, done, problems, settings, {k: v for k, v in again.items() if k})
+    return todo, done, again
 
 
 def _why_grade_again(root: Path, sub: Submission, stored: dict[str, Any] | None, settings: dict[str, Any]) -> str | None:

@@ -13,6 +13,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -34,13 +35,11 @@ def run_local(plan_: Plan, prep: _Prepared, *, jobs: int = 1, timeout: float = 3
     Returns the rows that could not be stored (grader errors). Ctrl-C (or SIGTERM) ends every running
     grading with all it started, keeps every stored row, and raises :class:`Interrupted`.
     """
-    from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+    from concurrent.futures import ThreadPoolExecutor
 
     store = RowStore(plan_.root)
     slots = slots or make_slots(jobs, gpus=_gpu_ids(prep.run), timed_on_gpu=prep.run.perf == "cuda")
-    free: queue.Queue = queue.Queue()
-    for s in slots:
-        free.put(s)
+    free = _queue_of(slots)
     stop = _StopFlag()
     unstored: dict[tuple[str, str], Row] = {}
     progress = Progress(len(plan_.todo), len(slots))
@@ -78,22 +77,47 @@ def run_local(plan_: Plan, prep: _Prepared, *, jobs: int = 1, timeout: float = 3
 
     pool = ThreadPoolExecutor(max_workers=len(slots))
     pending = {pool.submit(one, sub) for sub in plan_.todo}
+    def show() -> None:
+        with lock:
+            progress.show(counts["finished"], counts["failed"], counts["running"])
+
     try:
-        while pending:
-            finished, pending = wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)
-            for f in finished:
-                f.result()
-            if verbose and plan_.todo:
-                with lock:
-                    progress.show(counts["finished"], counts["failed"], counts["running"])
+        _wait_showing(pending, show if verbose and plan_.todo else None)
     except KeyboardInterrupt:
-        stop.set()
-        _kill_live()
-        pool.shutdown(wait=True, cancel_futures=True)
-        raise Interrupted(f"interrupted: {counts['finished']} of {len(plan_.todo)} graded in this run are kept; "
-                          "run the same command again to grade the rest") from None
+        raise _stopped(stop, pool, counts["finished"], len(plan_.todo)) from None
     pool.shutdown(wait=True)
     return unstored
+
+
+def _stopped(stop: _StopFlag, pool: Any, finished: int, todo: int) -> Interrupted:
+    """Ctrl-C (or SIGTERM) during a run: every running grading ended with all it started (no row of theirs
+    stored), the pool shut down; the :class:`Interrupted` to raise, saying how many rows are kept."""
+    stop.set()
+    _kill_live()
+    pool.shutdown(wait=True, cancel_futures=True)
+    return Interrupted(f"interrupted: {finished} of {todo} graded in this run are kept; "
+                       "run the same command again to grade the rest")
+
+
+def _queue_of(slots: list[Slot]) -> queue.Queue:
+    """The free slots, as a queue a grading takes one from and puts it back into."""
+    free: queue.Queue = queue.Queue()
+    for s in slots:
+        free.put(s)
+    return free
+
+
+def _wait_showing(pending: set[Any], show: Callable[[], None] | None) -> None:
+    """Wait for every future of ``pending`` (an error of one is raised here), calling ``show`` about once a
+    second meanwhile."""
+    from concurrent.futures import FIRST_COMPLETED, wait
+
+    while pending:
+        finished, pending = wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)
+        for f in finished:
+            f.result()
+        if show is not None:
+            show()
 
 
 def _gpu_ids(run: _RunSettings) -> list[str]:
@@ -179,6 +203,13 @@ def run_slurm(plan_: Plan, options: slurm.SlurmOptions, *, needed: list[str], us
         slurm.cancel(job)
         raise Interrupted(f"interrupted: Slurm job {job} cancelled; {len(seen)} row(s) stored are kept; "
                           "run the same command again to grade the rest") from None
+    return _missing_rows(job, batches, store, m, run_dir, verbose)
+
+
+def _missing_rows(job: str, batches: list[list[Submission]], store: RowStore, m: dict[str, Any], run_dir: Path,
+                  verbose: bool) -> dict[tuple[str, str], str]:
+    """After the array ended: why each submission whose row its task did not store is missing (the task's Slurm
+    state and the last line of its log), said on stderr too when ``verbose``."""
     missing: dict[tuple[str, str], str] = {}
     for i, b in enumerate(batches):
         lost = [s for s in b if not _stored_in_run(store, s, m)]

@@ -313,28 +313,9 @@ def _grade_one(sub: Submission, prep: _Prepared, work: Path, root: Path, *, time
     bad = _validate_submission(nb_path)
     if bad:
         return _finish(_failed(row, bad))
-    release_nb = base / "release" / lab / f"{lab}.ipynb"
-    try:
-        given = json.loads(release_nb.read_text(encoding="utf-8")) if release_nb.is_file() else None
-        row.flags = audit.format_flags(audit.audit_notebook(json.loads(nb_path.read_text(encoding="utf-8")), given))
-    except Exception as exc:  # the audit never stops grading
-        row.flags = f"audit failed: {type(exc).__name__}"
-    if sub.folder is not None and any(p.is_symlink() for p in sub.folder.rglob("*")):
-        row.flags = "; ".join(x for x in (row.flags, "file: symbolic link in the submission (ignored)") if x)
+    _audit_flags(sub, base, row)
     sid = _nbgrader_id(student)
-    course = work / f"{sid}__{lab}"
-    (course / "source").mkdir(parents=True)
-    shutil.copy2(base / "nbgrader_config.py", course / "nbgrader_config.py")
-    shutil.copy2(base / "gradebook.db", course / "gradebook.db")
-    shutil.copytree(base / "source" / lab, course / "source" / lab)
-    dest = course / "submitted" / sid / lab
-    if sub.folder is not None:
-        shutil.copytree(sub.folder, dest, ignore=_no_links)
-        if nb_path.name != f"{lab}.ipynb":  # the folder's one notebook, under another name (see plan)
-            shutil.copy2(nb_path, dest / f"{lab}.ipynb")
-    else:  # a notebook saved without its lab folder: graded on its own
-        dest.mkdir(parents=True)
-        shutil.copy2(nb_path, dest / f"{lab}.ipynb")
+    course, dest = _scratch_submission(sub, base, work, sid)
     row.notes.extend(_normalise_cells(dest / f"{lab}.ipynb", source_nb))
     db = f"sqlite:///{course / 'gradebook.db'}"
     if verbose:
@@ -352,6 +333,54 @@ def _grade_one(sub: Submission, prep: _Prepared, work: Path, root: Path, *, time
         kept.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(course / "autograde.log", kept)
         return _finish(_failed(row, "; ".join([*row.notes, f"{_reason(rc, out, timeout + 120)} (log: {kept})"])))
+    graded_nb = _read_graded(graded, source_nb, report_path, row, timeout)
+    row.reason = "; ".join(dict.fromkeys(row.notes))
+    _finish(row)
+    _replace_tree(course / "autograded" / sid / lab, root / "autograded" / student / lab)
+    if feedback:
+        _feedback(course, sid, sub, root, row, graded_nb, slot)
+    return row
+
+
+def _audit_flags(sub: Submission, base: Path, row: Row) -> None:
+    """The row's flags: the static audit of the submitted notebook against the released one (an audit that fails
+    says so, and never stops grading), and a symbolic link in the submission's folder."""
+    lab, nb_path = sub.lab, sub.notebook
+    release_nb = base / "release" / lab / f"{lab}.ipynb"
+    try:
+        given = json.loads(release_nb.read_text(encoding="utf-8")) if release_nb.is_file() else None
+        row.flags = audit.format_flags(audit.audit_notebook(json.loads(nb_path.read_text(encoding="utf-8")), given))
+    except Exception as exc:  # the audit never stops grading
+        row.flags = f"audit failed: {type(exc).__name__}"
+    if sub.folder is not None and any(p.is_symlink() for p in sub.folder.rglob("*")):
+        row.flags = "; ".join(x for x in (row.flags, "file: symbolic link in the submission (ignored)") if x)
+
+
+def _scratch_submission(sub: Submission, base: Path, work: Path, sid: str) -> tuple[Path, Path]:
+    """A scratch nbgrader course for one submission (the lab's source, config and a gradebook copy) with the
+    submission under ``submitted/<sid>/<lab>`` (its folder without links, or its notebook alone); returns the
+    course and the submission's folder there."""
+    lab, nb_path = sub.lab, sub.notebook
+    course = work / f"{sid}__{lab}"
+    (course / "source").mkdir(parents=True)
+    shutil.copy2(base / "nbgrader_config.py", course / "nbgrader_config.py")
+    shutil.copy2(base / "gradebook.db", course / "gradebook.db")
+    shutil.copytree(base / "source" / lab, course / "source" / lab)
+    dest = course / "submitted" / sid / lab
+    if sub.folder is not None:
+        shutil.copytree(sub.folder, dest, ignore=_no_links)
+        if nb_path.name != f"{lab}.ipynb":  # the folder's one notebook, under another name (see plan)
+            shutil.copy2(nb_path, dest / f"{lab}.ipynb")
+    else:  # a notebook saved without its lab folder: graded on its own
+        dest.mkdir(parents=True)
+        shutil.copy2(nb_path, dest / f"{lab}.ipynb")
+    return course, dest
+
+
+def _read_graded(graded: Path, source_nb: dict[str, Any], report_path: Path, row: Row, timeout: float) -> dict[str, Any]:
+    """The autograded notebook trimmed and sanitized in place (no hidden test, no live markup leaves: issue 26),
+    its scores read into ``row`` with the sandbox report's notes and flags and each cell that timed out; returns
+    the notebook."""
     _trim_outputs(graded)
     sanitize.sanitize_file(graded, source_nb)  # no hidden test, no live markup leaves (issue 26)
     graded_nb = json.loads(graded.read_text(encoding="utf-8"))
@@ -366,24 +395,27 @@ def _grade_one(sub: Submission, prep: _Prepared, work: Path, root: Path, *, time
             if o.get("output_type") == "error" and o.get("ename") == "CellTimeoutError":
                 gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") or cell.get("id", "?")
                 row.notes.append(f"cell {gid} timed out (per-cell time limit)")
-    row.reason = "; ".join(dict.fromkeys(row.notes))
-    _finish(row)
-    _replace_tree(course / "autograded" / sid / lab, root / "autograded" / student / lab)
-    if feedback:
-        rc, out = _run(["generate_feedback", lab, "--student", sid, "--force", "--db", db],
-                       course, 600, course / "feedback.log", slot=slot)
-        fb = course / "feedback" / sid / lab
-        if rc == 0 and fb.is_dir():
-            for html in fb.glob("*.html"):
-                _annotate_feedback(html, row)
-                # issue 30: cells without a score yet read "not graded here" / "pending", not 0.0
-                html.write_text(feedback_marks.relabel(html.read_text(encoding="utf-8"),
-                                                       feedback_marks.ungraded_cells(graded_nb)), encoding="utf-8")
-            _replace_tree(fb, root / "feedback" / student / lab)
-        else:
-            row.notes.append("feedback could not be generated")
-            row.reason = "; ".join(dict.fromkeys(row.notes))
-    return row
+    return graded_nb
+
+
+def _feedback(course: Path, sid: str, sub: Submission, root: Path, row: Row, graded_nb: dict[str, Any],
+              slot: Slot | None) -> None:
+    """The HTML feedback generated by nbgrader, annotated with the row and relabelled (cells without a score yet
+    read "not graded here" / "pending", not 0.0), moved to ``root/feedback``; a note on the row if it failed."""
+    lab, student, db = sub.lab, sub.student, f"sqlite:///{course / 'gradebook.db'}"
+    rc, out = _run(["generate_feedback", lab, "--student", sid, "--force", "--db", db],
+                   course, 600, course / "feedback.log", slot=slot)
+    fb = course / "feedback" / sid / lab
+    if rc == 0 and fb.is_dir():
+        for html in fb.glob("*.html"):
+            _annotate_feedback(html, row)
+            # issue 30: cells without a score yet read "not graded here" / "pending", not 0.0
+            html.write_text(feedback_marks.relabel(html.read_text(encoding="utf-8"),
+                                                   feedback_marks.ungraded_cells(graded_nb)), encoding="utf-8")
+        _replace_tree(fb, root / "feedback" / student / lab)
+    else:
+        row.notes.append("feedback could not be generated")
+        row.reason = "; ".join(dict.fromkeys(row.notes))
 
 
 def _replace_tree(src: Path, target: Path) -> None:

@@ -166,6 +166,21 @@ def main(argv: list[str] | None = None) -> int:
     if args[:1] == ["similarity"]:  # `teach similarity LAB`: copied-work report (mlsys.course.similarity, own options)
         from .similarity import main as similarity_main
         return similarity_main(args[1:])
+    p = _parser()
+    a = p.parse_args(argv)
+    if a.cmd in ("release", "check-release"):
+        try:
+            return _release_command(a.cmd, a.labs or None)
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+    if a.cmd == "grade-task":
+        return _grade_task_command(a.manifest, a.index)
+    return _grade_command(p, a)
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The command line: release, check-release, grade (here or as a Slurm array) and grade-task."""
     p = argparse.ArgumentParser(prog="python -m mlsys.course.teach", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("release", help="generate labs/release/<lab>/ from labs/source/<lab>/")
@@ -204,21 +219,23 @@ def main(argv: list[str] | None = None) -> int:
     t = sub.add_parser("grade-task", help="(run by Slurm) grade one array task's submissions of a manifest")
     t.add_argument("manifest", type=Path)
     t.add_argument("index", type=int)
-    a = p.parse_args(argv)
-    if a.cmd in ("release", "check-release"):
-        try:
-            return _release_command(a.cmd, a.labs or None)
-        except ValueError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
-    if a.cmd == "grade-task":
-        signal.signal(signal.SIGTERM, _interrupt)  # Slurm's time limit: end the running grading cleanly
-        try:
-            return grade_task(a.manifest, a.index)
-        except KeyboardInterrupt:
-            _kill_live()
-            print("task stopped (time limit or scancel); rows stored so far are kept", flush=True)
-            return 1
+    return p
+
+
+def _grade_task_command(manifest: Path, index: int) -> int:
+    """``grade-task`` (run by Slurm): one array task's submissions; its time limit ends the grading cleanly."""
+    signal.signal(signal.SIGTERM, _interrupt)  # Slurm's time limit: end the running grading cleanly
+    try:
+        return grade_task(manifest, index)
+    except KeyboardInterrupt:
+        _kill_live()
+        print("task stopped (time limit or scancel); rows stored so far are kept", flush=True)
+        return 1
+
+
+def _grade_command(p: argparse.ArgumentParser, a: argparse.Namespace) -> int:
+    """``grade``: the class graded (here or as a Slurm array) with SIGTERM and SIGINT stopping it like Ctrl-C;
+    0 when every row is decided, 1 when some are pending, 2 on a setup error, 130 when interrupted."""
     options = None
     if a.slurm:
         options = slurm.SlurmOptions(partition=a.partition, gres=a.gres, time=a.time, cpus_per_task=a.cpus_per_task,
