@@ -291,11 +291,7 @@ MODULES_NOT_YET_SPLIT: dict[str, int] = {
 }
 FUNCTIONS_NOT_YET_SPLIT: dict[str, int] = {
     "cellrunner.py:main": 142,
-    "guardrun.py:check_kernel": 61,
-    "checks.py:check_ring": 78,
     "perfworker.py:main": 112,
-    "proxy.py:decode": 70,
-    "replay.py:record_call": 71,
 }
 
 

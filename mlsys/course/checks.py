@@ -267,49 +267,64 @@ def check_ring(fn: Callable[..., Any], world_sizes: Sequence[int], lengths: Sequ
             except GradingError as exc:
                 did = "did not finish" if isinstance(reply, dict) and reply.get("error") == "timeout" else "failed"
                 raise GradingError(f"{what} with {p} processes on {dtype} {did}: {exc}{slip}") from None
-            for r, rows in enumerate(ranks):
-                ops = _rank_ops(rows)
-                library = library_collectives(sorted(ops))
-                if library:
-                    raise GradingError(
-                        f"{what}, {p} processes, rank {r}: running it dispatched {', '.join(library)}, a collective "
-                        "of torch.distributed's library (however it was reached: dist.all_reduce, "
-                        "dist.group.WORLD.allreduce, a process group's method); this exercise asks you to build the "
-                        "ring yourself from send/recv (isend/irecv)")
-                if p > 1 and not ops & POINT_TO_POINT_OPS:
-                    raise GradingError(
-                        f"{what}, {p} processes, rank {r}: it sent and received nothing through torch.distributed's "
-                        "send/recv (none was recorded), so the ranks' data moved some other way or not at all; "
-                        "build the ring from send/recv (isend/irecv)")
-                if p > 1 and isinstance(rows, list):
-                    for n, row in zip(lengths, rows, strict=False):
-                        check_ring_traffic(what, p, r, n, _rank_traffic([row]),
-                                           itemsize=getattr(torch, dtype).itemsize)
-            for r, rows in enumerate(ranks):
-                if not isinstance(rows, list) or len(rows) != len(lengths):
-                    raise GradingError(f"{what}, rank {r}: the notebook's kernel sent back a malformed reply")
-                for i, (n, row) in enumerate(zip(lengths, rows, strict=True)):
-                    where = f"{what}, {p} processes, rank {r}, {n} elements of {dtype}"
-                    try:
-                        out = row.get("out") if isinstance(row, dict) else None
-                        inplace = row.get("x") if isinstance(row, dict) else None
-                        if type(out) is not torch.Tensor:
-                            found = str(row.get("type", "?"))[:60] if isinstance(row, dict) else "?"
-                            raise GradingError(f"{where}: expected the summed tensor to be returned, found "
-                                               f"{found} (return tensor)")
-                        if out.dtype != want[i].dtype:
-                            raise GradingError(f"{where}: expected a result of dtype {want[i].dtype}, found {out.dtype}"
-                                               f".{slip}")
-                        if type(inplace) is not torch.Tensor:
-                            raise GradingError(f"{where}: the notebook's kernel sent back a malformed reply")
-                        tol = dict(rtol=1e-5, atol=1e-5) if dtype != "float16" else dict(rtol=1e-2, atol=1e-2)
-                        assert_close(out, want[i], **tol, name=f"{where}, returned tensor")
-                        assert_close(inplace, want[i], **tol, name=f"{where}, in place (the input tensor itself)")
-                    except GradingError as exc:
-                        cause = slip.strip() if slip else diagnose_ring(fn, p, n, timeout=timeout)
-                        raise GradingError(f"{exc}" + (f"\nLikely cause: {cause}" if cause else "")) from None
+            _check_rank_records(what, p, ranks, lengths, dtype)
+            _check_rank_results(fn, what, p, ranks, lengths, dtype, want, slip, timeout)
             passed.append(dtype)
     print(f"{what}: correct for {len(lengths)} lengths x {len(dtypes)} dtypes on {list(world_sizes)} processes")
+
+
+def _check_rank_records(what: str, p: int, ranks: list[Any], lengths: list[int], dtype: str) -> None:
+    """What each rank's calls dispatched: no library collective, some send/recv where there are several ranks,
+    and each rank's traffic what a ring moves (:func:`check_ring_traffic`)."""
+    torch = _torch()
+    for r, rows in enumerate(ranks):
+        ops = _rank_ops(rows)
+        library = library_collectives(sorted(ops))
+        if library:
+            raise GradingError(
+                f"{what}, {p} processes, rank {r}: running it dispatched {', '.join(library)}, a collective "
+                "of torch.distributed's library (however it was reached: dist.all_reduce, "
+                "dist.group.WORLD.allreduce, a process group's method); this exercise asks you to build the "
+                "ring yourself from send/recv (isend/irecv)")
+        if p > 1 and not ops & POINT_TO_POINT_OPS:
+            raise GradingError(
+                f"{what}, {p} processes, rank {r}: it sent and received nothing through torch.distributed's "
+                "send/recv (none was recorded), so the ranks' data moved some other way or not at all; "
+                "build the ring from send/recv (isend/irecv)")
+        if p > 1 and isinstance(rows, list):
+            for n, row in zip(lengths, rows, strict=False):
+                check_ring_traffic(what, p, r, n, _rank_traffic([row]),
+                                   itemsize=getattr(torch, dtype).itemsize)
+
+
+def _check_rank_results(fn: Callable[..., Any], what: str, p: int, ranks: list[Any], lengths: list[int], dtype: str,
+                        want: list[Any], slip: str, timeout: float) -> None:
+    """Each rank's returned tensor and its input afterwards (in place) against the sum computed here, a wrong
+    one explained by the dtype slip or by :func:`diagnose_ring`."""
+    torch = _torch()
+    for r, rows in enumerate(ranks):
+        if not isinstance(rows, list) or len(rows) != len(lengths):
+            raise GradingError(f"{what}, rank {r}: the notebook's kernel sent back a malformed reply")
+        for i, (n, row) in enumerate(zip(lengths, rows, strict=True)):
+            where = f"{what}, {p} processes, rank {r}, {n} elements of {dtype}"
+            try:
+                out = row.get("out") if isinstance(row, dict) else None
+                inplace = row.get("x") if isinstance(row, dict) else None
+                if type(out) is not torch.Tensor:
+                    found = str(row.get("type", "?"))[:60] if isinstance(row, dict) else "?"
+                    raise GradingError(f"{where}: expected the summed tensor to be returned, found "
+                                       f"{found} (return tensor)")
+                if out.dtype != want[i].dtype:
+                    raise GradingError(f"{where}: expected a result of dtype {want[i].dtype}, found {out.dtype}"
+                                       f".{slip}")
+                if type(inplace) is not torch.Tensor:
+                    raise GradingError(f"{where}: the notebook's kernel sent back a malformed reply")
+                tol = dict(rtol=1e-5, atol=1e-5) if dtype != "float16" else dict(rtol=1e-2, atol=1e-2)
+                assert_close(out, want[i], **tol, name=f"{where}, returned tensor")
+                assert_close(inplace, want[i], **tol, name=f"{where}, in place (the input tensor itself)")
+            except GradingError as exc:
+                cause = slip.strip() if slip else diagnose_ring(fn, p, n, timeout=timeout)
+                raise GradingError(f"{exc}" + (f"\nLikely cause: {cause}" if cause else "")) from None
 
 
 def make_mlp(width: int = 32, depth: int = 3, seed: int = 0) -> Any:

@@ -404,16 +404,22 @@ def check_kernel(fn: Callable[..., Any], inputs: Sequence[Any], expected: Any, *
                 "(a missing load mask, a wrong stride or offset) or skipped the max-subtraction of a softmax")
     assert_close(result, expected, rtol=rtol, atol=atol, name=label)
     if max_reads and out["tracked"]:
-        for name, limit in max_reads.items():
-            size = rep.sizes.get(name, 0)
-            got = rep.reads.get(name, 0)
-            if size and got > limit * size:
-                raise GradingError(
-                    f"{label}: your kernel loaded {got:,} elements of {name}, {got / size:.2g} times its {size:,} "
-                    f"elements; a fused kernel reads each input element {limit:g} time{'s' if limit != 1 else ''}. "
-                    "Keep what you loaded in registers instead of loading it again (e.g. one tl.load of the row, "
-                    "then max, exp, sum and divide on that block)")
+        _check_reads(rep, max_reads, label)
     return result
+
+
+def _check_reads(rep: GuardReport, max_reads: dict[str, float], label: str) -> None:
+    """Fail when the kernel loaded more elements of an input than ``max_reads[name]`` times its size (under the
+    interpreter, where every load is counted)."""
+    for name, limit in max_reads.items():
+        size = rep.sizes.get(name, 0)
+        got = rep.reads.get(name, 0)
+        if size and got > limit * size:
+            raise GradingError(
+                f"{label}: your kernel loaded {got:,} elements of {name}, {got / size:.2g} times its {size:,} "
+                f"elements; a fused kernel reads each input element {limit:g} time{'s' if limit != 1 else ''}. "
+                "Keep what you loaded in registers instead of loading it again (e.g. one tl.load of the row, "
+                "then max, exp, sum and divide on that block)")
 
 
 def _guarded_reply(out: Any, label: str) -> dict[str, Any]:

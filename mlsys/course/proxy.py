@@ -184,21 +184,7 @@ def decode(d: Any, ref: Callable[[dict[str, Any]], Any], depth: int = 0) -> Any:
             return Rejected("malformed")
         return dict(zip(keys, (decode(v, ref, depth + 1) for v in d.get("v", [])), strict=False))
     if t == "tensor":
-        import torch
-
-        dtype = getattr(torch, str(d["dtype"]), None)
-        if not isinstance(dtype, torch.dtype):
-            return Rejected(f"a tensor of dtype {d['dtype']!r}")
-        raw = bytearray(_read_blob(d["blob"]))
-        shape = [int(s) for s in d["shape"]]
-        flat = torch.frombuffer(raw, dtype=torch.uint8) if raw else torch.empty(0, dtype=torch.uint8)
-        out = flat.view(dtype).reshape(shape) if raw else torch.empty(shape, dtype=dtype)
-        device = d.get("device", "cpu")
-        if device not in ("cpu", "cuda"):  # a "meta" tensor has a shape and no values: never a result
-            return Rejected(f"a tensor on device {str(device)[:20]!r}")
-        out = out.clone() if device == "cpu" else out.to(device)
-        pad = d.get("pad")
-        return zero_padded(out, pad) if type(pad) is int and 0 < pad <= MAX_PAD else out
+        return _decode_tensor(d)
     if t == "triton_config":
         import triton
 
@@ -207,19 +193,8 @@ def decode(d: Any, ref: Callable[[dict[str, Any]], Any], depth: int = 0) -> Any:
                 type(v) in (int, bool, float) for v in [*kwargs.values(), *fields.values()]):
             return Rejected("a triton.Config with fields other than numbers")
         return triton.Config(kwargs, **{k: v for k, v in fields.items() if k in ("num_warps", "num_stages", "num_ctas")})
-    if t == "ndarray":
-        import numpy as np
-
-        dtype = np.dtype(str(d["dtype"]))
-        if dtype.kind not in "biufc":
-            return Rejected(f"an array of dtype {dtype}")
-        return np.frombuffer(_read_blob(d["blob"]), dtype=dtype).reshape([int(s) for s in d["shape"]]).copy()
-    if t == "npscalar":
-        import numpy as np
-
-        dtype = np.dtype(str(d["dtype"]))
-        v = decode(d["v"], ref, depth + 1)
-        return dtype.type(v) if dtype.kind in "biufc" and type(v) in (bool, int, float, complex) else Rejected("malformed")
+    if t in ("ndarray", "npscalar"):
+        return _decode_numpy(d, ref, depth)
     if t == "quantity":
         from mlsys.units import ureg
 
@@ -235,6 +210,40 @@ def decode(d: Any, ref: Callable[[dict[str, Any]], Any], depth: int = 0) -> Any:
     if t == "handle":
         return ref(d)
     return Rejected("malformed")
+
+
+def _decode_tensor(d: dict[str, Any]) -> Any:
+    """A tensor rebuilt from its raw bytes (a dtype of torch's, on the CPU or CUDA, zero-padded where asked);
+    a tensor of another dtype or device is :class:`Rejected`."""
+    import torch
+
+    dtype = getattr(torch, str(d["dtype"]), None)
+    if not isinstance(dtype, torch.dtype):
+        return Rejected(f"a tensor of dtype {d['dtype']!r}")
+    raw = bytearray(_read_blob(d["blob"]))
+    shape = [int(s) for s in d["shape"]]
+    flat = torch.frombuffer(raw, dtype=torch.uint8) if raw else torch.empty(0, dtype=torch.uint8)
+    out = flat.view(dtype).reshape(shape) if raw else torch.empty(shape, dtype=dtype)
+    device = d.get("device", "cpu")
+    if device not in ("cpu", "cuda"):  # a "meta" tensor has a shape and no values: never a result
+        return Rejected(f"a tensor on device {str(device)[:20]!r}")
+    out = out.clone() if device == "cpu" else out.to(device)
+    pad = d.get("pad")
+    return zero_padded(out, pad) if type(pad) is int and 0 < pad <= MAX_PAD else out
+
+
+def _decode_numpy(d: dict[str, Any], ref: Callable[[dict[str, Any]], Any], depth: int) -> Any:
+    """A numpy array rebuilt from its raw bytes, or a numpy scalar; numbers only (dtype kinds b, i, u, f, c)."""
+    import numpy as np
+
+    if d.get("t") == "ndarray":
+        dtype = np.dtype(str(d["dtype"]))
+        if dtype.kind not in "biufc":
+            return Rejected(f"an array of dtype {dtype}")
+        return np.frombuffer(_read_blob(d["blob"]), dtype=dtype).reshape([int(s) for s in d["shape"]]).copy()
+    dtype = np.dtype(str(d["dtype"]))
+    v = decode(d["v"], ref, depth + 1)
+    return dtype.type(v) if dtype.kind in "biufc" and type(v) in (bool, int, float, complex) else Rejected("malformed")
 
 
 def _rebuild(mod: str, cls_name: str, fields: Any) -> Any:
