@@ -291,7 +291,6 @@ MODULES_NOT_YET_SPLIT: dict[str, int] = {
 }
 FUNCTIONS_NOT_YET_SPLIT: dict[str, int] = {
     "cellrunner.py:main": 142,
-    "perfworker.py:main": 112,
 }
 
 
