@@ -105,12 +105,7 @@ def _student_folder(entry: Path, known: list[str], labs: list[str] | None, expec
             if lab not in known:
                 problem(student, lab, f"unknown lab {lab!r}; expected one of {known}")
                 continue
-            nb, note = child / f"{lab}.ipynb", ""
-            others = sorted(q for q in child.glob("*.ipynb") if q.is_file() and not q.is_symlink())
-            if not nb.exists() and len(others) == 1:  # "lab1 (1).ipynb", as a browser saves a second download
-                nb, note = others[0], (f"the notebook is named {printable_name(others[0].name)!r}; graded as "
-                                       f"{lab} (expected {lab}/{lab}.ipynb)")
-            found.append(Submission(student, lab, nb, child, note=note))
+            found.append(_lab_folder(student, lab, child))
         elif child.suffix == ".ipynb":
             any_work = True
             lab = child.stem
@@ -127,6 +122,17 @@ def _student_folder(entry: Path, known: list[str], labs: list[str] | None, expec
                                       f"lab's; {expected}, <lab> one of {known}")
     if not any_work and not labs:
         problem(student, "(none)", f"nothing to grade in submitted/{student}/: {expected}")
+
+
+def _lab_folder(student: str, lab: str, child: Path) -> Submission:
+    """A student's folder of a known lab: its ``<lab>.ipynb``, or its one notebook under another name
+    ("lab1 (1).ipynb", as a browser saves a second download), graded with a note saying so."""
+    nb, note = child / f"{lab}.ipynb", ""
+    others = sorted(q for q in child.glob("*.ipynb") if q.is_file() and not q.is_symlink())
+    if not nb.exists() and len(others) == 1:  # "lab1 (1).ipynb", as a browser saves a second download
+        nb, note = others[0], (f"the notebook is named {printable_name(others[0].name)!r}; graded as "
+                               f"{lab} (expected {lab}/{lab}.ipynb)")
+    return Submission(student, lab, nb, child, note=note)
 
 
 def _split_by_stored_rows(root: Path, found: list[Submission], settings: dict[str, Any],

@@ -258,22 +258,8 @@ def _normalise_cells(path: Path, source_nb: dict[str, Any]) -> list[str]:
         if not isinstance(meta, dict):
             cell["metadata"] = meta = {}
             changed = True
-        nbg = meta.get("nbgrader")
-        if nbg is not None:
-            gid = nbg.get("grade_id") if isinstance(nbg, dict) else None
-            gid = gid if isinstance(gid, str) and gid else None
-            if gid is not None:
-                seen[gid] = seen.get(gid, 0) + 1
-            if gid is None or gid not in known or seen[gid] > 1:
-                if gid is not None and gid not in known:
-                    unknown.append(gid)
-                meta.pop("nbgrader")
-                changed = True
-            elif nbg != known[gid]:
-                if any(nbg.get(k) != known[gid].get(k) for k in ("grade", "solution", "points", "task")):
-                    restored.append(gid)
-                meta["nbgrader"] = dict(known[gid])
-                changed = True
+        if meta.get("nbgrader") is not None and _course_metadata(meta, known, seen, unknown, restored):
+            changed = True
         if "id" in cell:  # nbformat 4.5 cell ids must be unique too
             while cell["id"] in ids:
                 cell["id"] = f"{cell['id']}-copy"[:64]
@@ -291,6 +277,29 @@ def _normalise_cells(path: Path, source_nb: dict[str, Any]) -> list[str]:
         notes.append(f"the grading settings of cell(s) {', '.join(repr(g[:40]) for g in restored[:5])} were changed in "
                      "the submission (a test marked as an answer, or the reverse?): the course's were used")
     return notes
+
+
+def _course_metadata(meta: dict[str, Any], known: dict[str, dict[str, Any]], seen: dict[str, int], unknown: list[str],
+                     restored: list[str]) -> bool:
+    """One cell's nbgrader metadata made the instructor's (see :func:`_normalise_cells`): the first cell of a
+    known grade id gets the course's, a later copy, an unknown id or no id loses it; the counts and ids of what
+    was found go to ``seen``, ``unknown`` and ``restored``. Returns whether the cell changed."""
+    nbg = meta.get("nbgrader")
+    gid = nbg.get("grade_id") if isinstance(nbg, dict) else None
+    gid = gid if isinstance(gid, str) and gid else None
+    if gid is not None:
+        seen[gid] = seen.get(gid, 0) + 1
+    if gid is None or gid not in known or seen[gid] > 1:
+        if gid is not None and gid not in known:
+            unknown.append(gid)
+        meta.pop("nbgrader")
+        return True
+    if nbg != known[gid]:
+        if any(nbg.get(k) != known[gid].get(k) for k in ("grade", "solution", "points", "task")):
+            restored.append(gid)
+        meta["nbgrader"] = dict(known[gid])
+        return True
+    return False
 
 
 def _grade_one(sub: Submission, prep: _Prepared, work: Path, root: Path, *, timeout: float, extra: list[str],
