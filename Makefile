@@ -85,7 +85,8 @@ release: $(STAMP)
 	$(BIN)/python -m mlsys.course.teach release
 
 # The release notebooks' visible checks, with the instructor's answers, under each Triton/NumPy combination of
-# mlsys/course/versions.py TESTED (CPU; pip fetches the versions once; about 1-2 min per combination).
+# mlsys/course/versions.py TESTED (CPU; pip fetches the versions once; 6-10 min per combination on a shared 2-core
+# machine). CI runs its subset: scripts/test_versions.py --ci (.ci/run).
 test-versions: $(STAMP)
 	$(BIN)/python scripts/test_versions.py
 

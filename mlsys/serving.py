@@ -45,13 +45,15 @@ from typing import NamedTuple
 
 import pint
 
+from . import comm
 from .hardware import Accelerator, get
 from .numerics import itemsize
 from .roofline import Roof, roof_of, time_lower_bound
 from .transformer import ModelShape, forward_flops, get_model
-from .units import require_count
+from .units import Q_, require_count
 
 __all__ = [
+    "tp_decode_comm_time",
     "kv_cache_bytes_per_token",
     "kv_cache_bytes",
     "weight_bytes",
@@ -229,3 +231,22 @@ def decode_cost_per_chip(model: str | ModelShape, context: int, batch: int, degr
     kv = whole.bytes - weight_bytes(m, dtype)
     nbytes = weight_bytes(m, dtype) / t + kv / kv_share(m, t)
     return PhaseCost((whole.flops / t).to("FLOP"), nbytes.to("byte"))
+
+
+def tp_decode_comm_time(model: str | ModelShape, batch: int, degree: int, bandwidth: object,
+                        latency: object = 0.0, dtype: object = "bf16") -> pint.Quantity:
+    """The all-reduces of one tensor-parallel decode step, in seconds (what the per-chip cost leaves out).
+
+    Megatron-style tensor parallelism all-reduces each layer's output twice (after attention, after the
+    MLP): ``2 * layers`` ring all-reduces of ``batch * d_model * itemsize`` bytes over ``degree`` chips,
+    each ``2 (t - 1) latency + 2 (t - 1) / t * n / bandwidth`` (:func:`mlsys.comm.allreduce_time`).
+    ``bandwidth`` is per chip per direction, or an accelerator whose link figure is used; ``latency`` is
+    per ring step, in seconds. One chip (``degree == 1``) communicates nothing.
+    """
+    m = get_model(model)
+    t, b = require_count(degree, "degree"), require_count(batch, "batch")
+    if t == 1:
+        return Q_(0.0, "s")
+    nbytes = (b * m.d_model * itemsize(dtype)).to("B")
+    lat = latency if isinstance(latency, pint.Quantity) else Q_(latency, "s")
+    return (2 * m.layers * comm.allreduce_time(nbytes, t, bandwidth, lat)).to("s")

@@ -53,12 +53,20 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
+import pint
+
+from . import hardware
+from .datafile import read_toml
+from .units import Q_, require_count
 
 __all__ = ["DATAFLOWS", "Simulation", "simulate", "TiledCost", "tiled", "tiled_overlapped", "buffer_words",
            "tile_cycles",
-           "EYERISS_RELATIVE_ENERGY", "relative_energy_per_mac"]
+           "EYERISS_RELATIVE_ENERGY", "relative_energy_per_mac", "MXU_FILE", "MXUDataError", "MXULayout",
+           "mxu_layout", "implied_clock", "accumulator_bytes"]
 
 DATAFLOWS = ("weight", "output", "input")
 
@@ -294,3 +302,72 @@ def relative_energy_per_mac(macs: int, hops: int, buffer_words: int) -> float:
         raise ValueError(f"hops and buffer_words are counts (>= 0), got {hops} and {words}")
     e = EYERISS_RELATIVE_ENERGY
     return e["ALU"] + e["RF"] + e["PE"] * hops / macs + e["buffer"] * words / macs
+
+
+#: the data file of TPU matrix units (:func:`mxu_layout`)
+MXU_FILE = Path(__file__).with_name("data") / "tpu_mxus.toml"
+_MXU_KEYS = {"accelerator", "tensorcores", "mxus_per_core", "mxu_size", "title", "url", "date"}
+
+
+class MXUDataError(ValueError):
+    """The TPU MXU data file is malformed; the message names the entry and the field."""
+
+
+@dataclass(frozen=True)
+class MXULayout:
+    """A TPU chip's matrix units as printed: TensorCores, MXUs per core, MXU size; and the page."""
+
+    accelerator: str
+    tensorcores: int
+    mxus_per_core: int
+    mxu_size: int
+    url: str
+
+    @property
+    def mxus(self) -> int:
+        """MXUs per chip: TensorCores x MXUs per core."""
+        return self.tensorcores * self.mxus_per_core
+
+
+@lru_cache(maxsize=1)
+def _mxu_layouts() -> dict[str, MXULayout]:
+    data = read_toml(MXU_FILE, MXUDataError, "TPU MXU data file", "")
+    out = {}
+    for i, raw in enumerate(data.get("chip", [])):
+        where = f"{MXU_FILE.name} [[chip]] {i + 1}"
+        if set(raw) != _MXU_KEYS:
+            raise MXUDataError(f"{where}: expected keys {sorted(_MXU_KEYS)}, got {sorted(raw)}")
+        name = hardware.get(raw["accelerator"]).name
+        out[name] = MXULayout(name, *(require_count(raw[k], f"{where}.{k}")
+                                      for k in ("tensorcores", "mxus_per_core", "mxu_size")), raw["url"])
+    return out
+
+
+def mxu_layout(name: str) -> MXULayout:
+    """The printed MXU layout of a TPU generation, by any name of the accelerator ("TPU v6e")."""
+    acc = hardware.get(name).name
+    if acc not in _mxu_layouts():
+        raise KeyError(f"no MXU layout for {acc}; known: {', '.join(_mxu_layouts())}")
+    return _mxu_layouts()[acc]
+
+
+def implied_clock(peak: pint.Quantity, mxus: int, size: int) -> pint.Quantity:
+    """The clock a peak implies for ``mxus`` square arrays of ``size``: peak / (mxus x size^2 x 2 FLOP), in GHz.
+
+    Each processing element does one multiply-accumulate (2 FLOP) per cycle. A printed MXU count that
+    implies a clock far from its neighbours' is a figure to doubt, not a fact to build on.
+    """
+    mxus, size = require_count(mxus, "mxus"), require_count(size, "size")
+    return (peak / Q_(2 * mxus * size * size, "FLOP")).to("GHz")
+
+
+def accumulator_bytes(entries: int, width: int, bits: int = 32) -> pint.Quantity:
+    """On-chip accumulator memory: ``entries`` rows of ``width`` partial sums of ``bits`` each (bytes).
+
+    TPU v1 (Jouppi et al., 2017): 4,096 rows of 256 32-bit accumulators under its 256-wide array, 4 MiB.
+    A weight-stationary array parks its partial sums there between k tiles, not in the general buffer.
+    """
+    entries, width, bits = (require_count(v, n) for v, n in ((entries, "entries"), (width, "width"), (bits, "bits")))
+    if bits % 8:
+        raise ValueError(f"bits must be a whole number of bytes (a multiple of 8), got {bits}")
+    return Q_(entries * width * bits // 8, "B").to("MiB")

@@ -44,6 +44,7 @@ DATA_FILE = Path(__file__).with_name("data") / "tpu_pods.toml"
 TORUS_COLLECTIVES = ("all_gather", "reduce_scatter", "all_reduce", "all_to_all")
 _KEYS = {"accelerator", "ici_ports", "topology", "pod_chips", "largest_slice", "scaling_book_link_bw",
          "publisher", "title", "url", "date"}
+_OPTIONAL = {"dcn_per_chip"}
 
 
 class PodDataError(ValueError):
@@ -61,6 +62,14 @@ class Pod:
     largest_slice: tuple[int, ...]
     scaling_book_link_bw: pint.Quantity
     url: str
+    dcn_per_chip: pint.Quantity | None = None  # data-centre network per chip, as printed; None: not in the data
+
+    @property
+    def ici_over_dcn(self) -> float | None:
+        """How many times the chip's ICI (both directions, as printed) exceeds its DCN; None without a DCN figure."""
+        if self.dcn_per_chip is None:
+            return None
+        return (2 * self.ici_per_chip / self.dcn_per_chip).to("").m
 
     @property
     def ici_per_chip(self) -> pint.Quantity:
@@ -78,7 +87,7 @@ class Pod:
 
 def _pod(raw: dict, i: int) -> Pod:
     where = f"{DATA_FILE.name} [[pod]] {i + 1}"
-    extra, missing = set(raw) - _KEYS, _KEYS - set(raw)
+    extra, missing = set(raw) - _KEYS - _OPTIONAL, _KEYS - set(raw)
     if extra or missing:
         raise PodDataError(f"{where}: unknown keys {sorted(extra)}, missing keys {sorted(missing)}")
     name = hardware.get(raw["accelerator"]).name
@@ -93,9 +102,10 @@ def _pod(raw: dict, i: int) -> Pod:
     chips = require_count(raw["pod_chips"], f"{where}.pod_chips")
     if math.prod(shape) > chips:
         raise PodDataError(f"{where}: largest_slice {shape} holds {math.prod(shape)} chips, more than the pod's {chips}")
-    bw = raw["scaling_book_link_bw"]
+    bw, dcn = raw["scaling_book_link_bw"], raw.get("dcn_per_chip")
     return Pod(name, ports, topo, chips, shape,
-               positive(Q_(bw["value"], bw["unit"]), "byte/s", f"{where}.scaling_book_link_bw"), raw["url"])
+               positive(Q_(bw["value"], bw["unit"]), "byte/s", f"{where}.scaling_book_link_bw"), raw["url"],
+               None if dcn is None else positive(Q_(dcn["value"], dcn["unit"]), "byte/s", f"{where}.dcn_per_chip"))
 
 
 @lru_cache(maxsize=1)

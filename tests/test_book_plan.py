@@ -20,19 +20,34 @@ def test_lab_hours_add_up_to_the_review_s_range():
     assert plan.total_hours() == (9 + 9 + 22.5, 9 + 9 + 38)
 
 
-def test_the_five_labs_are_the_release_folders_and_sit_under_their_chapters_in_the_toc():
+def test_the_six_labs_are_the_release_folders_and_the_toc_lists_them_in_number_order_in_their_own_part():
+    import yaml
+
     folders = sorted(p.name for p in (ROOT / "labs" / "release").iterdir() if p.is_dir() and p.name.startswith("lab"))
     assert [lab.folder for lab in plan.LABS] == folders
-    toc = site.lab_chapters(ROOT)
-    assert {lab.folder: lab.chapter for lab in plan.LABS} == {name: path for name, (_, _, path) in toc.items()}
+    # a learner meets the labs in the order of their numbers: one "Labs" part, Lab 1 to Lab 6, and no lab
+    # anywhere else (under its chapter, Lab 5 of Part II would come before Lab 4 of Part III)
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    files = [c["file"] for part in toc["parts"] for c in part["chapters"]]
+    files += [s["file"] for part in toc["parts"] for c in part["chapters"] for s in c.get("sections", [])]
+    labs = [f for f in files if f.startswith("labs/")]
+    assert labs == [f"labs/release/{n}/{n}" for n in ("lab1_roofline", "lab2_tiled_matmul", "lab3_fusion",
+                                                       "lab4_collectives", "lab5_attention", "lab6_profiling")]
+    (part,) = [p for p in toc["parts"] if any(c["file"].startswith("labs/") for c in p["chapters"])]
+    assert part["caption"] == "Labs" and [c["file"] for c in part["chapters"]] == labs
+    # each lab names the chapter that teaches it, numbered as the book numbers it
+    assert site.lab_chapters(ROOT)["lab5_attention"][:1] == (12,)
+    assert site.lab_chapters(ROOT)["lab4_collectives"][:1] == (13,)
     with pytest.raises(ValueError, match="lab1_roofline"):
         plan.lab("lab9")
 
 
 @pytest.mark.parametrize("weeks, n", [(plan.TEN_WEEKS, 10), (plan.FOURTEEN_WEEKS, 14)])
-def test_each_path_has_its_weeks_all_five_labs_and_real_chapters_in_book_order(weeks, n):
+def test_each_path_has_its_weeks_all_six_labs_in_number_order_and_real_chapters_in_book_order(weeks, n):
     assert len(weeks) == n
     assert {w.lab for w in weeks if w.lab} == {lab.folder for lab in plan.LABS}
+    met = list(dict.fromkeys(w.lab for w in weeks if w.lab))  # each lab in the week it starts
+    assert met == sorted(met, key=lambda f: int(f[3])), "the labs are met in the order of their numbers"
     read = [plan.chapter_file(c) for w in weeks for c in w.chapters]
     assert len(read) == len(set(read)), "a chapter is read twice"
     toc = (ROOT / "_toc.yml").read_text()

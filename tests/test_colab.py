@@ -87,8 +87,8 @@ def test_apply_rewrites_a_fork_url_everywhere(tmp_path):
 
 
 def test_labs_and_their_chapters_link_both_ways():
-    """_toc.yml puts each lab under a chapter: the lab names that chapter (site.check above) and the
-    chapter links to the lab with a {doc} reference (so the book resolves it, and the browser test
+    """mlsys.book.plan names the chapter that teaches each lab: the lab names that chapter (site.check above)
+    and the chapter links to the lab with a {doc} reference (so the book resolves it, and the browser test
     follows it)."""
     chapters = site.lab_chapters(REPO)
     assert set(chapters) == {lab for lab, _ in site.notebooks(REPO, ("release",))}

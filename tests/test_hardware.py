@@ -38,11 +38,19 @@ DATASHEET = {
     "MI325X": (6000, {"fp64": 163.4, "fp32": 163.4, "tf32": 653.7, "bf16": 1307.4, "fp16": 1307.4, "fp8": 2614.9, "int8": 2614.9}),
     "Gaudi3": (3670, {"bf16": 1835, "fp8": 1835}),
     "Trainium2": (2900, {"fp32": 181, "tf32": 667, "bf16": 667, "fp16": 667, "fp8": 1299}),
-    "TPUv5p": (2765, {"bf16": 459, "int8": 918}),
-    "TPUv6e": (1638, {"bf16": 918, "int8": 1836}),
+    # Google prints fp8 for v5p and v6e at their bf16 rate (the v5p page; the TPU7x page's comparison table)
+    "TPUv5p": (2765, {"bf16": 459, "fp8": 459, "int8": 918}),
+    "TPUv6e": (1638, {"bf16": 918, "fp8": 918, "int8": 1836}),
     "L40S": (864, {"fp32": 91.6, "tf32": 366 / 2, "bf16": 733 / 2, "fp16": 733 / 2, "fp8": 1466 / 2, "int8": 1466 / 2}),
     "Jetson-AGX-Orin-64GB": (204.8, {"fp32": 5.3, "int8": 170 / 2}),
     "Apple-M1-Max": (400, {"fp32": 10.4}),
+    # GB300 NVL72 (72-GPU rack totals, / 72): FP4 1,080 PF dense, FP8 720 PF*, BF16 360 PF*, TF32 180 PF*; 576 TB/s
+    "GB300": (576000 / 72, {"tf32": 180000 / 72 / 2, "bf16": 360000 / 72 / 2, "fp16": 360000 / 72 / 2,
+                            "fp8": 720000 / 72 / 2, "fp4": 1080000 / 72}),
+    # AMD MI355X: FP16/BF16 2.5 PF, FP8 5 PF, MXFP4 10 PF (dense), 8 TB/s
+    "MI355X": (8000, {"bf16": 2500, "fp16": 2500, "fp8": 5000, "fp4": 10000}),
+    # Google TPU7x (Ironwood): 2,307 TFLOPs bf16, 4,614 fp8, 7,380 GB/s
+    "TPU7x": (7380, {"bf16": 2307, "fp8": 4614}),
 }
 
 # Ridge points worked out by hand: peak (TFLOP/s) * 1e12 / (bandwidth (GB/s) * 1e9), to 4 significant figures.
@@ -73,7 +81,9 @@ def test_design_lists_every_required_accelerator():
                 # issue 15's list for the "choosing hardware" chapter: Blackwell's successors, AMD, Intel, AWS,
                 # Google, an inference card and two edge/mobile parts
                 "B300", "GB200", "MI325X", "Gaudi3", "Trainium2", "TPUv5p", "TPUv6e", "L40S",
-                "Jetson-AGX-Orin-64GB", "Apple-M1-Max"}
+                "Jetson-AGX-Orin-64GB", "Apple-M1-Max",
+                # issue 44 (review row C90-2): the 2025 generation of each vendor
+                "GB300", "MI355X", "TPU7x"}
     assert required <= set(hardware.names())
     assert len(hardware.names()) >= 20
     assert set(DATASHEET) == set(hardware.names()), "every chip in the data file is checked against its datasheet here"
@@ -299,3 +309,32 @@ def test_recorded_device_readings_agree_with_the_data_file(slug, name):
     assert memory > decimal * 1.04  # the decimal reading of the datasheet is wrong by more than 4%
     if acc.l2_cache is not None:
         assert dev["l2_cache"]["value"] == acc.l2_cache.to("byte").m  # exact: 50 MiB on the H100
+
+
+def test_2025_chips_against_a_second_source():
+    """Review row C90-2: the three 2025 chips, each set against a figure the data file does not hold.
+
+    * TPU7x: Google announced a 9,216-chip Ironwood pod at 42.5 exaflops (fp8), April 2025; the per-chip
+      fp8 figure times the pod must give it, and fp8 is twice bf16.
+    * MI355X: AMD (ISSCC 2026) gives 8,192 FP8 FLOP per clock per CU (twice CDNA 3's 4,096), Hot Chips 2025
+      a 2.4 GHz peak clock, and 8 XCDs of 32 CUs: 256 x 8,192 x 2.4e9 = 5.03e15, the printed "5 PFLOPS".
+      The same rule gives MI300X's 304 x 4,096 x 2.1e9 = 2.615e15, its datasheet's 2,614.9 TFLOPS.
+    * GB300: NVIDIA prints the NVL72 rack's 576 TB/s of HBM and 130 TB/s of NVLink; 72 GPUs at the
+      per-GPU figures must add up to them.
+    """
+    tpu7 = hardware.get("Ironwood")
+    assert (9216 * tpu7.peak("fp8")).to("EFLOP/s").m == pytest.approx(42.5, rel=2e-3)
+    assert tpu7.peak("fp8") == 2 * tpu7.peak("bf16")
+    assert tpu7.interconnect_bandwidth.to("GB/s").m == pytest.approx(600)  # 1,200 GB/s both ways
+    assert tpu7.interconnect.links is None and tpu7.interconnect.topology is None  # not printed: no guess
+
+    mi355 = hardware.get("MI355X")
+    assert mi355.sm_count == 256
+    assert (256 * 8192 * 2.4e9) / mi355.peak("fp8").to("FLOP/s").m == pytest.approx(1, rel=0.01)
+    assert (304 * 4096 * 2.1e9) / hardware.get("MI300X").peak("fp8").to("FLOP/s").m == pytest.approx(1, rel=1e-3)
+    assert mi355.interconnect_bandwidth is None, "no source for MI355X's link bandwidth: missing, not guessed"
+
+    gb300 = hardware.get("GB300")
+    assert (72 * gb300.memory_bandwidth).to("TB/s").m == pytest.approx(576)
+    assert (72 * 2 * gb300.interconnect_bandwidth).to("TB/s").m == pytest.approx(130, rel=0.01)
+    assert "NVL72" in gb300.interconnect.topology

@@ -120,10 +120,15 @@ def test_setup_cell_picks_the_device_before_importing_triton():
 
 
 def test_kernel_cells_are_tagged_for_the_gpu_experiment():
-    assert KERNEL_CELLS == ["operands", "naive_kernel", "tiled_kernel", "grouped_kernel", "tma_kernel"]
-    for gid in KERNEL_CELLS[1:4]:  # the exercises; tma_kernel is the ungraded "going further" reference
+    assert KERNEL_CELLS == ["operands", "naive_kernel", "tiled_kernel", "grouped_kernel"]
+    for gid in KERNEL_CELLS[1:4]:  # the exercises
         assert _cell(gid)["metadata"]["nbgrader"]["solution"]
-    assert not _cell("tma_kernel")["metadata"]["nbgrader"]["solution"]
+    # the persistent TMA kernel is in the optional notebook beside the lab, not in the lab's core path
+    from mlsys.bench.experiments.lab2_matmul import GOING_FURTHER
+
+    tagged = [c.source for c in nbexec.code_cells(GOING_FURTHER) if "lab2-kernel" in c.tags]
+    assert len(tagged) == 1 and "def matmul_tma(" in tagged[0]
+    assert not any("matmul_tma" in c.source for c in nbexec.code_cells(NOTEBOOK))
 
 
 def test_perf_cell_is_measured_by_the_trusted_process():
@@ -203,9 +208,9 @@ def test_tma_path_is_taken_only_where_rows_are_16_byte_aligned(monkeypatch):
     assert lab.tma_applies(a16, b16)
     assert not lab.tma_applies(torch.randn(65, 33).half(), torch.randn(33, 128).half())
     assert not lab.tma_applies(b16.t(), a16.t())  # transposed views are not contiguous
-    # the aligned case really runs the TMA kernel, the others fall back to matmul
+    # the aligned case really runs the TMA kernel, the others go to `fallback` (the grouped matmul here)
     calls = []
-    monkeypatch.setattr(lab, "matmul", lambda a, b: calls.append("fallback") or torch.zeros(a.shape[0], b.shape[1]))
+    monkeypatch.setattr(lab, "fallback", lambda a, b: calls.append("fallback") or torch.zeros(a.shape[0], b.shape[1]))
     grading.assert_close(lab.matmul_tma(a16, b16), _expected(a16, b16), **TOL[torch.float16])
     assert calls == []
     lab.matmul_tma(torch.randn(5, 33), torch.randn(33, 7))

@@ -178,6 +178,60 @@ def test_every_tested_combination_is_inside_the_supported_range_and_a_broken_one
     assert versions.installed()["numpy"] is not None
 
 
+def test_the_tested_combinations_span_the_oldest_the_pinned_and_the_newest_triton_with_two_numpys():
+    # requirements.txt, read here by hand: the pair the course's .venv (and so make test) runs
+    pins = dict(re.findall(r"^(triton|numpy)==(\S+)$", (mlsys_root() / "requirements.txt").read_text(), re.M))
+    assert versions.PINNED == pins == {"triton": "3.7.1", "numpy": "2.3.4"}
+    tritons = {c["triton"] for c in versions.TESTED}
+    assert tritons == {"3.6.0", "3.7.1", "3.8.0"}  # SUPPORTED is >=3.6,<3.9: its oldest, the pinned, its newest
+    assert {c["numpy"] for c in versions.TESTED} == {"2.3.4", "2.4.6"}
+    assert len(versions.TESTED) == 6 and versions.PINNED in versions.TESTED
+    # CI runs two of them and the suite the pinned one: three Triton versions and two NumPy versions on every run
+    covered = [*versions.CI, versions.PINNED]
+    assert {c["triton"] for c in covered} == tritons and {c["numpy"] for c in covered} == {"2.3.4", "2.4.6"}
+    assert all(c in versions.TESTED and not versions.covered_by_suite(c) for c in versions.CI)
+
+
+def test_the_pinned_pair_and_the_broken_ranges_are_recognised_by_release_number():
+    assert versions.covered_by_suite({"triton": "3.7.1", "numpy": "2.3.4"})
+    assert versions.covered_by_suite({"triton": "3.7.1+git1a2b", "numpy": "2.3.4"})  # a local build of the same release
+    assert not versions.covered_by_suite({"triton": "3.7.1", "numpy": "2.4.6"})
+    assert not versions.covered_by_suite({"triton": "3.7", "numpy": "2.3.4"})  # 3.7 is not 3.7.1
+    advice = versions.BROKEN[0][1]
+    assert versions.broken_advice({"triton": "3.6.0", "numpy": "2.4.6"}) == advice
+    assert versions.broken_advice({"triton": "3.6.9", "numpy": "2.4.0"}) == advice  # lower bounds included
+    assert versions.broken_advice({"triton": "3.7.0", "numpy": "2.4.6"}) is None  # upper bound excluded
+    assert versions.broken_advice({"triton": "3.6.0", "numpy": "2.3.4"}) is None
+    assert versions.broken_advice({"triton": "3.8.0", "numpy": "2.4.6"}) is None
+    assert versions.broken_advice({"numpy": "2.4.6"}) is None  # no Triton: nothing of Triton's is broken
+
+
+def test_the_version_script_picks_the_ci_subset_and_filters_by_version(monkeypatch):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("test_versions_script", mlsys_root() / "scripts" / "test_versions.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    monkeypatch.delenv("MLSYS_VERSIONS_TRITON", raising=False)
+    monkeypatch.delenv("MLSYS_VERSIONS_NUMPY", raising=False)
+    assert script.chosen(ci=True) == [{"triton": "3.6.0", "numpy": "2.3.4"}, {"triton": "3.8.0", "numpy": "2.4.6"}]
+    assert len(script.chosen(ci=False)) == 6
+    monkeypatch.setenv("MLSYS_VERSIONS_TRITON", "3.8.0")
+    assert script.chosen(ci=False) == [{"triton": "3.8.0", "numpy": "2.3.4"}, {"triton": "3.8.0", "numpy": "2.4.6"}]
+    monkeypatch.setenv("MLSYS_VERSIONS_NUMPY", "2.4.6")
+    assert script.chosen(ci=False) == [{"triton": "3.8.0", "numpy": "2.4.6"}]
+    monkeypatch.setenv("MLSYS_VERSIONS_TRITON", "3.5.0")
+    with pytest.raises(SystemExit, match="match none"):
+        script.chosen(ci=True)
+
+
+def mlsys_root():
+    """The checkout this test runs in (requirements.txt and scripts/ are not in the installed package)."""
+    from pathlib import Path
+
+    return Path(__file__).resolve().parents[1]
+
+
 def test_the_interpreters_numpy_error_is_blamed_on_the_versions_not_the_kernel(monkeypatch):
     from mlsys.course import checks
 

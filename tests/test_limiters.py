@@ -154,3 +154,59 @@ def test_the_roofline_chapter_checks_the_limiters_the_h200_record_shows():
     text = (ROOT / "chapters" / "06_roofline.md").read_text(encoding="utf-8")
     assert {"issue", "latency", "tensor"} <= checked_limiters(text)
     assert 'second("layer_limiters")' in text
+
+
+def test_split_cases_cuts_ncu_rows_at_the_boundary_kernels():
+    rows = [{"name": n} for n in ("add", "mlsys_case_boundary", "sm_a", "sm_b", "mlsys_case_boundary",
+                                  "mlsys_case_boundary")]
+    # three cases: one kernel, two kernels, none (a case that failed to build still gets its boundary)
+    assert limiters.split_cases(rows, "mlsys_case_boundary", 3) == [[{"name": "add"}], [{"name": "sm_a"}, {"name": "sm_b"}],
+                                                                    []]
+    with pytest.raises(ValueError, match="expected 2 cases"):
+        limiters.split_cases(rows, "mlsys_case_boundary", 2)
+    with pytest.raises(ValueError, match="found 1 boundaries"):  # kernels after the last boundary: a lost case
+        limiters.split_cases(rows[:3], "mlsys_case_boundary", 1)
+
+
+def test_the_ncu_child_refuses_an_experiment_with_no_profile():
+    with pytest.raises(ValueError, match="profile_child"):
+        limiters.child("tile_configs", "all")
+
+
+def _case(t: float, nbytes: int, units: dict, occupancy: float, limiter: str) -> dict:
+    return {"bytes": nbytes, "time": {"value": t, "unit": "s"},
+            "limiters": {"limiter": limiter, "kernels": [
+                {"name": "k", "units": units, "occupancy": occupancy, "duration": {"value": t * 0.9}},
+                {"name": "tiny", "units": {"dram": 99.0}, "occupancy": 5.0, "duration": {"value": t * 0.01}}]}}
+
+
+def test_kernel_limiters_summary_by_hand_and_missing_without_a_record():
+    from mlsys.bench.experiments import kernel_limiters as kl
+
+    units = {"dram": 88.0, "l2": 40.0, "issue": 20.0}
+    data = {"add_cuda": _case(200e-6, 805_306_368, units, 90.0, "dram"), "add_triton": {"failed": "no nvcc"}}
+    rows = kl.summary(data, ["add_cuda", "add_triton", "softmax_cuda"], copy_bandwidth=4.0e12)
+    # 805,306,368 B in 200 us = 4.03 TB/s, 100.7% of a 4.0 TB/s copy roof; the longest kernel names the unit
+    assert rows[0]["bandwidth"] == pytest.approx(4.0265e12, rel=1e-4) and rows[0]["share"] == pytest.approx(1.0066, rel=1e-3)
+    assert (rows[0]["time_us"], rows[0]["tb_per_s"]) == (pytest.approx(200.0), pytest.approx(4.0265, rel=1e-4))
+    assert (rows[0]["limiter"], rows[0]["busiest"], rows[0]["busiest_pct"], rows[0]["occupancy"]) == ("dram", "dram", 88.0, 90.0)
+    assert rows[1] == {"case": "add_triton", "failed": "no nvcc"}
+    assert rows[2] == {"case": "softmax_cuda", "failed": "not recorded"}
+    timed_only = {"add_cuda": {**data["add_cuda"], "limiters": {"failed": "RuntimeError: ncu failed"}}}
+    (row,) = kl.summary(timed_only, ["add_cuda"], 4.0e12)  # a time without a profile keeps its bandwidth
+    assert row["share"] == pytest.approx(1.0066, rel=1e-3) and row["limiter"] is None
+    assert row["not_profiled"] == "RuntimeError: ncu failed"
+    assert kl.summary(None, ["add_cuda"], 4.0e12) is None  # no record: the page shows the figures as missing
+    with pytest.raises(ValueError, match="copy_bandwidth"):
+        kl.summary(data, ["add_cuda"], 0)
+
+
+def test_limiter_phrase_names_the_busiest_unit_and_dram_beside_it():
+    from mlsys.bench.experiments import kernel_limiters as kl
+
+    units = {"dram": 45.7, "l2": 30.0, "issue": 78.9}
+    (row,) = kl.summary({"c": _case(1e-4, 10**8, units, 60.0, "issue")}, ["c"], 4.0e12)
+    assert kl.limiter_phrase(row) == "issue-bound: instruction issue at 79% of its peak, DRAM at 46%, occupancy 60%"
+    (row,) = kl.summary({"c": _case(1e-4, 10**8, {"dram": 91.0, "l2": 20.0}, 88.0, "dram")}, ["c"], 4.0e12)
+    assert kl.limiter_phrase(row) == "dram-bound: DRAM at 91% of its peak, occupancy 88%"
+    assert kl.limiter_phrase(None) is None

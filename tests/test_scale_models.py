@@ -226,3 +226,30 @@ def test_pipeline_bubble_by_hand():
     assert parallelism.pipeline_bubble(1, 8) == 0
     with pytest.raises(ValueError):
         parallelism.pipeline_bubble(0, 4)
+
+
+def test_tpu_dcn_against_ici_by_hand():
+    """Review row C11-16 (ICI against DCN): Google prints 50 Gbps of DCN per v5p chip and 100 per v6e chip,
+    against 1,200 and 800 GB/s of ICI both ways: 9,600 / 50 = 192 and 6,400 / 100 = 64 times; v5e's page
+    prints no DCN figure, which stays missing."""
+    assert torus.pod("TPU v5p").dcn_per_chip.to("GB/s").m == pytest.approx(6.25)
+    assert torus.pod("TPU v5p").ici_over_dcn == pytest.approx(192)
+    assert torus.pod("TPU v6e").ici_over_dcn == pytest.approx(64)
+    assert torus.pod("TPU v5e").dcn_per_chip is None and torus.pod("TPU v5e").ici_over_dcn is None
+
+
+def test_tensor_parallel_decode_all_reduces_by_hand():
+    """Review row C15-8: Llama-3-70B (80 layers, width 8192), batch 64, 4-way on 450 GB/s per direction:
+    160 ring all-reduces of 64 x 8192 x 2 B = 1,048,576 B, each 2 x 3/4 x 1,048,576 / 450e9 = 3.495 us:
+    0.5592 ms; with 10 us per ring step, 160 x 6 x 10 us = 9.6 ms more."""
+    from mlsys import serving
+
+    bw = Q_(450, "GB/s")
+    assert serving.tp_decode_comm_time("Llama-3-70B", 64, 4, bw).to("ms").m == pytest.approx(0.55924, rel=1e-4)
+    with_lat = serving.tp_decode_comm_time("Llama-3-70B", 64, 4, bw, latency=Q_(10, "us"))
+    assert with_lat.to("ms").m == pytest.approx(0.55924 + 9.6, rel=1e-4)
+    assert serving.tp_decode_comm_time("Llama-3-70B", 64, 1, bw).m == 0
+    # the H100's NVLink figure (900 GB/s both ways) gives the same as 450 GB/s per direction
+    assert serving.tp_decode_comm_time("Llama-3-70B", 64, 4, "H100").to("ms").m == pytest.approx(0.55924, rel=1e-4)
+    with pytest.raises(ValueError):
+        serving.tp_decode_comm_time("Llama-3-70B", 64, 0, bw)

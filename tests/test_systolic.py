@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mlsys import systolic
+from mlsys import hardware, systolic
 
 
 def test_two_by_two_weight_stationary_cycle_by_cycle():
@@ -92,3 +92,31 @@ def test_relative_energy_by_hand():
     assert systolic.relative_energy_per_mac(8, 8, 12) == pytest.approx(1 + 1 + 2 * 1 + 6 * 1.5)
     with pytest.raises(ValueError, match="counts"):
         systolic.relative_energy_per_mac(8, -1, 0)
+
+
+# --- review rows C12-2 and C12-6: the printed MXU counts and the accumulators ---------------------------
+
+def test_implied_clocks_by_hand():
+    """peak / (MXUs x size^2 x 2): v5e 197e12 / (4 x 128^2 x 2) = 1.503 GHz; v5p 459e12 / (8 x 128^2 x 2) =
+    1.751 GHz; v4 275e12 / (8 x 128^2 x 2) = 1.049 GHz; v6e with the printed two 256-wide MXUs 918e12 /
+    (2 x 256^2 x 2) = 3.502 GHz, with four 1.751 GHz (review row C12-2)."""
+    by_hand = {"TPUv5e": 1.503, "TPUv5p": 1.751, "TPUv4": 1.049, "TPUv6e": 3.502}
+    for name, ghz in by_hand.items():
+        lay = systolic.mxu_layout(name)
+        clock = systolic.implied_clock(hardware.get(name).peak("bf16"), lay.mxus, lay.mxu_size)
+        assert clock.to("GHz").m == pytest.approx(ghz, rel=1e-3), name
+    v6e = hardware.get("Trillium").peak("bf16")
+    assert systolic.implied_clock(v6e, 4, 256).to("GHz").m == pytest.approx(1.751, rel=1e-3)
+    assert systolic.mxu_layout("TPU v6e").mxus == 2 and systolic.mxu_layout("TPU v5p").mxus == 8
+    with pytest.raises(KeyError, match="no MXU layout"):
+        systolic.mxu_layout("H100")
+    with pytest.raises(ValueError):
+        systolic.implied_clock(v6e, 0, 256)
+
+
+def test_tpu_v1_accumulators_are_4_mib():
+    """Jouppi et al. 2017: "4 MiB of 32-bit Accumulators" = 4,096 x 256 x 4 B = 4,194,304 B."""
+    assert systolic.accumulator_bytes(4096, 256).to("B").m == 4_194_304
+    assert systolic.accumulator_bytes(4096, 256).to("MiB").m == pytest.approx(4)
+    with pytest.raises(ValueError, match="multiple of 8"):
+        systolic.accumulator_bytes(4096, 256, bits=12)

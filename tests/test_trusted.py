@@ -281,6 +281,31 @@ def test_preview_in_the_notebook_runs_the_same_checks(capsys):
     assert "differ from the reference" in capsys.readouterr().out
 
 
+def test_preview_round_time_leaves_out_the_copies_to_the_host(monkeypatch):
+    """In the notebook's own process the round's outputs are copied to the host after its "done", as a worker
+    process does: on an H200 timing the copies made Lab 2's instructor kernel look 280 times slower than
+    torch.matmul (2026-12-02, share 0.0036 against 0.72 in the grader)."""
+    import time
+
+    import torch
+
+    from mlsys.course import perfwire
+
+    slow_copy = perfwire.tensor_bytes
+
+    def tensor_bytes(t):
+        time.sleep(0.2)
+        return slow_copy(t)
+    monkeypatch.setattr(perfwire, "tensor_bytes", tensor_bytes)
+    case = trusted.PerfCase.from_dict("perf_double", CASE)
+    v = trusted._Verdict(False, time.monotonic() + 60)
+    worker = trusted._LocalWorker({"double": lambda x: x + x}, v.device)
+    win = v.window(worker, {"name": "double"}, case, [[257]], [3, 4], send_outputs=True, send_inputs=True)
+    assert win.seconds < 0.2  # two calls of a 257-element add; the four copies (0.8 s) come after "done"
+    assert win.wall_s < 0.2 and len(win.outputs) == 2 and len(win.inputs) == 2
+    assert all(torch.equal(o, 2 * i) for o, i in zip(win.outputs, win.inputs, strict=True))
+
+
 @pytest.mark.slow
 def test_a_worker_that_dies_or_garbles_the_wire_earns_nothing():
     """The learner's worker exits in the middle of a checked call, or writes garbage where the grader

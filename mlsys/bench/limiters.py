@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 __all__ = ["UNITS", "OCCUPANCY", "STALLS", "DURATION", "metric_names", "ncu_argv", "parse_ncu_csv",
-           "classify", "kernel_limiters", "named_limiter_holds", "child"]
+           "classify", "kernel_limiters", "named_limiter_holds", "split_cases", "child"]
 
 UNITS: dict[str, str] = {
     "dram": "dram__throughput.avg.pct_of_peak_sustained_elapsed",
@@ -135,6 +135,25 @@ def kernel_limiters(kernels: Sequence[Mapping[str, Any]], busy: float = 60.0) ->
             "rule": "busiest unit at or above the threshold, else latency (see mlsys.bench.limiters)"}
 
 
+def split_cases(kernels: Sequence[Mapping[str, Any]], boundary: str, n: int) -> list[list[Mapping[str, Any]]]:
+    """ncu's kernels of one profiled run, in launch order, split into ``n`` cases at each kernel whose name
+    contains ``boundary`` (run once after every case; the boundary rows themselves are dropped).
+
+    Raises ValueError unless exactly ``n`` boundaries are found, naming the kernels seen: a split that
+    does not match the cases would attach one case's profile to another.
+    """
+    out: list[list[Mapping[str, Any]]] = [[]]
+    for k in kernels:
+        if boundary in k["name"]:
+            out.append([])
+        else:
+            out[-1].append(k)
+    if len(out) != n + 1 or out[-1]:
+        raise ValueError(f"expected {n} cases each closed by a {boundary!r} kernel; found {len(out) - 1} boundaries "
+                         f"in {[k['name'][:40] for k in kernels]}")
+    return out[:-1]
+
+
 def named_limiter_holds(record_case: Mapping[str, Any], named: str) -> bool:
     """Whether a page may say ``named`` limits this case: the record's limiter must be that name."""
     if named not in (*UNITS, LATENCY):
@@ -143,11 +162,19 @@ def named_limiter_holds(record_case: Mapping[str, Any], named: str) -> bool:
 
 
 def child(experiment: str, case: str) -> None:
-    """Build ``case`` with ``experiment``'s own code, warm it up, and profile exactly one call."""
+    """Build ``case`` with ``experiment``'s own code, warm it up, and profile exactly one call (an experiment
+    other than ``layer_roofline`` profiles through its own ``profile_child(case)``)."""
+    import importlib
+
     import torch
 
     if experiment != "layer_roofline":
-        raise ValueError(f"limiter capture knows the Part II layers of layer_roofline, got {experiment!r}")
+        module = importlib.import_module(f"mlsys.bench.experiments.{experiment}")
+        if not hasattr(module, "profile_child"):
+            raise ValueError(f"limiter capture knows layer_roofline and experiments with a profile_child; "
+                             f"{experiment!r} has none")
+        module.profile_child(case)
+        return
     from .experiments import layer_roofline
 
     cases = {name: (kind, p) for name, kind, p in layer_roofline._cases("cuda", quick=False)}

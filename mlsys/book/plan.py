@@ -1,5 +1,6 @@
-"""The course plan in one place: the five labs (what each builds, where it runs, learner hours), the
-hours of reading and exercises, and week-by-week reading paths for a 10-week and a 14-week course.
+"""The course plan in one place: the six labs (what each builds, where it runs, learner hours, the chapter
+that teaches it), the hours of reading and exercises, and week-by-week reading paths for a 10-week and a
+14-week course. Both paths meet the labs in the order of their numbers, as the book's "Labs" part lists them.
 
 The landing page (``intro.md``) and the teachers' syllabus both read it, so they never disagree.
 
@@ -21,7 +22,7 @@ class Lab:
 
     folder: str
     title: str
-    chapter: str  # the chapter file that teaches it (chapters/NN_name), as in _toc.yml
+    chapter: str  # the chapter file that teaches it (chapters/NN_name); the lab's page says "read it first"
     builds: str
     runs_on: str
     hours: tuple[float, float]  # (low, high) learner hours
@@ -65,23 +66,24 @@ class Week:
     lab: str | None = None
 
 
-#: a 10-week course: Part I in three weeks, the kernels of Part II, collectives; chapters 12, 13, 15 optional
+#: a 10-week course: Part I in three weeks, the kernels of Part II, collectives; chapters 12, 13, 15 optional.
+#: Attention and collectives are read in one week, so Lab 4 comes before Lab 5 as the numbers say.
 TEN_WEEKS: tuple[Week, ...] = (
     Week(("01", "02")), Week(("03", "04")), Week(("05", "20")), Week(("06",), "lab1_roofline"),
     Week(("07", "08")), Week(("09",), "lab2_tiled_matmul"), Week(("10",), "lab3_fusion"),
-    Week(("10a",), "lab5_attention"), Week(("11",), "lab4_collectives"), Week(("14",), "lab6_profiling")
+    Week(("10a", "11"), "lab4_collectives"), Week((), "lab5_attention"), Week(("14",), "lab6_profiling")
 )
-#: a 14-week course: every chapter, a lab every two or three weeks
+#: a 14-week course: every chapter, a lab every two or three weeks, in the order of their numbers
 FOURTEEN_WEEKS: tuple[Week, ...] = (
     Week(("01",)), Week(("02", "03")), Week(("04",)), Week(("05", "20")), Week(("06",), "lab1_roofline"),
     Week(("07",)), Week(("08",)), Week(("09",), "lab2_tiled_matmul"), Week((), "lab2_tiled_matmul"),
-    Week(("10",), "lab3_fusion"), Week(("10a",), "lab5_attention"), Week(("11",), "lab4_collectives"),
-    Week(("12", "13")), Week(("14", "15"), "lab6_profiling"),
+    Week(("10",), "lab3_fusion"), Week(("10a",)), Week(("11",), "lab4_collectives"),
+    Week(("12", "13"), "lab5_attention"), Week(("14", "15"), "lab6_profiling"),
 )
 
 
 def lab_hours() -> tuple[float, float]:
-    """Total learner hours of the five labs, (low, high)."""
+    """Total learner hours of the six labs, (low, high)."""
     return sum(lab.hours[0] for lab in LABS), sum(lab.hours[1] for lab in LABS)
 
 
@@ -92,7 +94,7 @@ def total_hours() -> tuple[float, float]:
 
 
 def lab(folder: str) -> Lab:
-    """The lab in ``labs/release/<folder>``; a name that is none of the five raises ValueError."""
+    """The lab in ``labs/release/<folder>``; a name that is none of the six raises ValueError."""
     for x in LABS:
         if x.folder == folder:
             return x

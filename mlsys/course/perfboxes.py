@@ -259,15 +259,22 @@ class _LocalWorker:
         except Exception as exc:
             head["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
         self.pending.append((head, []))
+
+        def wire(tensors: list[Any]) -> Any:  # copied when received: after the round's "done", as a worker does
+            def later() -> tuple[dict[str, Any], list[bytes]]:
+                pairs = [perfwire.tensor_bytes(t) for t in tensors]
+                return {"tensors": [p[0] for p in pairs]}, [bytes(p[1]) for p in pairs]
+            return later
         if msg.get("send_outputs") and not head["error"]:
-            pairs = [perfwire.tensor_bytes(o) for o in outs]
-            self.pending.append(({"tensors": [p[0] for p in pairs]}, [bytes(p[1]) for p in pairs]))
+            self.pending.append(wire(outs))
         if msg.get("send_inputs") and not head["error"]:
-            pairs = [perfwire.tensor_bytes(t) for args in inputs for t in args]
-            self.pending.append(({"tensors": [p[0] for p in pairs]}, [bytes(p[1]) for p in pairs]))
+            self.pending.append(wire([t for args in inputs for t in args]))
 
     def recv(self, deadline: float) -> tuple[dict[str, Any], list[bytes]]:
-        return self.pending.pop(0)
+        """The next answer; a round's outputs and inputs are copied to the host only now, outside the round's
+        time (the verdict's clock stops at "done"; timing the copies made Lab 2's preview 0.0036 on an H200)."""
+        item = self.pending.pop(0)
+        return item() if callable(item) else item
 
     def pause(self, stop: bool) -> None:
         pass

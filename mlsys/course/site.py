@@ -5,8 +5,8 @@ From it this module generates, in every lab notebook:
 
 * the **Open in Colab** badge in the first markdown cell, pointing at the lab's *release* notebook
   (``https://colab.research.google.com/github/<owner>/<repo>/blob/<branch>/labs/release/<lab>/<lab>.ipynb``);
-* the **chapter line** under the badge, linking the lab to the chapter that teaches it (the chapter
-  whose ``sections`` list the lab in ``_toc.yml``): a relative link that the book resolves, and the
+* the **chapter line** under the badge, linking the lab to the chapter that teaches it (``mlsys.book.plan``'s
+  ``LABS``, numbered as ``_toc.yml`` numbers it): a relative link that the book resolves, and the
   same page on the published site (``https://<owner>.github.io/<repo>/``) for Colab and Jupyter;
 * the **install block** of the setup cell (the first code cell), between the lines
   :data:`BEGIN` and :data:`END`: in Colab it runs
@@ -116,36 +116,29 @@ def site_url(url: str) -> str:
 
 
 def lab_chapters(root: Path | None = None) -> dict[str, tuple[int, str, str]]:
-    """``lab -> (chapter number, chapter title, chapter path)`` from ``_toc.yml``: the chapter whose
-    ``sections`` hold ``labs/release/<lab>/<lab>``. Chapters are numbered across the numbered parts."""
-    import yaml
+    """``lab -> (chapter number, chapter title, chapter path)``: the chapter that teaches each lab
+    (:data:`mlsys.book.plan.LABS`), numbered as the book numbers it (``_toc.yml``'s numbered parts)."""
+    from ..book import plan
 
     root = root or repo_root()
-    toc = yaml.safe_load((root / "_toc.yml").read_text(encoding="utf-8"))
+    numbers = plan.chapter_numbers(root)
     out: dict[str, tuple[int, str, str]] = {}
-    number = 0
-    for part in toc.get("parts", []):
-        for chapter in part.get("chapters", []):
-            if part.get("numbered"):
-                number += 1
-            for section in chapter.get("sections", []):
-                m = re.fullmatch(r"labs/release/([^/]+)/\1", section.get("file", ""))
-                if m:
-                    path = chapter["file"]
-                    src = next((root / f"{path}{ext}" for ext in (".md", ".ipynb") if (root / f"{path}{ext}").is_file()),
-                               None)
-                    if src is None:
-                        raise ValueError(f"_toc.yml lists {path}, which is no .md or .ipynb file")
-                    title = next((line[2:].strip() for line in src.read_text(encoding="utf-8").splitlines()
-                                  if line.startswith("# ")), path)
-                    out[m.group(1)] = (number, title, path)
+    for lab in plan.LABS:
+        path = lab.chapter
+        src = next((root / f"{path}{ext}" for ext in (".md", ".ipynb") if (root / f"{path}{ext}").is_file()), None)
+        if src is None or path not in numbers:
+            raise ValueError(f"{lab.folder} is taught in {path}, which is no .md or .ipynb file in a numbered "
+                             "part of _toc.yml")
+        title = next((line[2:].strip() for line in src.read_text(encoding="utf-8").splitlines()
+                      if line.startswith("# ")), path)
+        out[lab.folder] = (numbers[path], title, path)
     return out
 
 
 def chapter_line(lab: str, url: str, chapters: dict[str, tuple[int, str, str]]) -> str:
     """The lab's link back to its chapter: relative (the book and a checkout) and on the published site."""
     if lab not in chapters:
-        raise ValueError(f"{lab}: _toc.yml lists it under no chapter (add it to a chapter's sections)")
+        raise ValueError(f"{lab}: no chapter teaches it (add it to mlsys.book.plan.LABS)")
     number, title, path = chapters[lab]
     return (f"**Taught in**: chapter {number}, [{title}](../../../{path}.md) "
             f"([on the course site]({site_url(url)}{path}.html)).")

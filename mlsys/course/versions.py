@@ -14,7 +14,8 @@ from __future__ import annotations
 import importlib.metadata as metadata
 import re
 
-__all__ = ["SUPPORTED", "TESTED", "BROKEN", "installed", "problems", "check", "supported_line"]
+__all__ = ["SUPPORTED", "TESTED", "PINNED", "CI", "BROKEN", "installed", "problems", "check", "supported_line",
+           "broken_advice", "covered_by_suite"]
 
 SUPPORTED: dict[str, tuple[str, str]] = {
     "torch": ("2.11", "2.14"),
@@ -28,8 +29,22 @@ TESTED: tuple[dict[str, str], ...] = (
     {"triton": "3.6.0", "numpy": "2.4.6"},
     {"triton": "3.7.1", "numpy": "2.3.4"},
     {"triton": "3.7.1", "numpy": "2.4.6"},
+    {"triton": "3.8.0", "numpy": "2.3.4"},
+    {"triton": "3.8.0", "numpy": "2.4.6"},
 )
-"""The combinations ``make test-versions`` runs the release notebooks' visible checks under (torch as pinned)."""
+"""The combinations ``make test-versions`` runs the release notebooks' visible checks under (torch as pinned):
+the oldest supported Triton, the pinned one and the newest inside :data:`SUPPORTED`, each with two NumPy."""
+
+PINNED: dict[str, str] = {"triton": "3.7.1", "numpy": "2.3.4"}
+"""The pair ``requirements.txt`` pins: the course's own ``.venv``, in which ``make test`` runs every lab."""
+
+CI: tuple[dict[str, str], ...] = (
+    {"triton": "3.6.0", "numpy": "2.3.4"},
+    {"triton": "3.8.0", "numpy": "2.4.6"},
+)
+"""The subset CI runs after ``make test`` (``scripts/test_versions.py --ci``): the oldest supported Triton and the
+newest, each with a NumPy other than the other's, so that with :data:`PINNED` (run by the suite) three Triton
+versions and two NumPy versions are covered on every CI run."""
 
 BROKEN: tuple[tuple[dict[str, tuple[str, str]], str], ...] = (
     ({"triton": ("3.6", "3.7"), "numpy": ("2.4", "3")},
@@ -40,6 +55,19 @@ BROKEN: tuple[tuple[dict[str, tuple[str, str]], str], ...] = (
 """Combinations inside :data:`SUPPORTED` known to fail, with what to install instead (found 2026-12-02 with
 ``make test-versions``: Triton 3.6.0's ``interpreter.py`` converts a scalar argument with ``int(array)``, which
 NumPy 2.4 refuses for a 1-element 1-D array; Triton 3.7 squeezes first)."""
+
+
+def covered_by_suite(combo: dict[str, str]) -> bool:
+    """Whether ``combo`` is :data:`PINNED` (same release numbers), which the test suite already runs."""
+    return all(_key(combo.get(name, "")) == _key(v) for name, v in PINNED.items())
+
+
+def broken_advice(combo: dict[str, str]) -> str | None:
+    """The advice of the :data:`BROKEN` entry that ``combo`` falls in (torch as in ``combo`` or any), else None."""
+    for ranges, advice in BROKEN:
+        if all(name in combo and _key(lo) <= _key(combo[name]) < _key(hi) for name, (lo, hi) in ranges.items()):
+            return advice
+    return None
 
 
 def _key(version: str) -> tuple[int, ...]:

@@ -556,6 +556,7 @@ def precompile(variants: list[Variant], shape_ids: list[int], deadline_s: float,
 def load_notebook():
     import types
 
+    from mlsys.bench.experiments.lab2_matmul import GOING_FURTHER
     from mlsys.runtime.notebook import code_cells, exec_cells
     from mlsys.runtime.paths import lab_notebook
 
@@ -563,6 +564,8 @@ def load_notebook():
     tagged = [c.grade_id for c in code_cells(nb_path) if "lab2-kernel" in c.tags]
     module = types.ModuleType("lab2_kernels")
     exec_cells(nb_path, ["setup", "add_kernel", *tagged], module.__dict__)
+    module.fallback = module.matmul  # the persistent TMA kernel is in the optional notebook beside the lab
+    exec_cells(GOING_FURTHER, [c.grade_id for c in code_cells(GOING_FURTHER) if "lab2-kernel" in c.tags], module.__dict__)
     return module
 
 

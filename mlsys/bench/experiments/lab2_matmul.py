@@ -1,7 +1,8 @@
 """Lab 2's reference matmul kernels (naive, tiled, grouped+autotuned, persistent+TMA) against torch.matmul (cuBLAS), fp16, m = n = k and two other shapes.
 
 The kernels are not copied here: they are the code cells of the instructor notebook
-``labs/source/lab2_tiled_matmul/lab2_tiled_matmul.ipynb`` tagged ``lab2-kernel``, run with
+``labs/source/lab2_tiled_matmul/lab2_tiled_matmul.ipynb`` and of the optional
+``labs/going_further/lab2_going_further.ipynb`` (the persistent TMA kernel) tagged ``lab2-kernel``, run with
 :mod:`mlsys.runtime.notebook` (the one way this course runs a notebook's cells outside Jupyter). Each kernel
 and ``torch.matmul`` are timed on the same inputs in the same run, call by call in turn
 (:func:`mlsys.bench.timing.time_interleaved`: the library and the kernels see the same clocks and
@@ -27,6 +28,8 @@ SHOWN_IN = ("labs/source/lab2_tiled_matmul",)
 NEEDS = "any"
 
 NOTEBOOK = lab_notebook("lab2_tiled_matmul", must_exist=False)  # the instructor's notebook
+#: the optional notebook beside the lab that holds the persistent TMA kernel (its cell tagged ``lab2-kernel``)
+GOING_FURTHER = NOTEBOOK.parents[2] / "going_further" / "lab2_going_further.ipynb"
 
 KERNEL_TAG = "lab2-kernel"
 
@@ -68,8 +71,9 @@ def kernel_sources(notebook: Path = NOTEBOOK, tag: str = KERNEL_TAG) -> list[tup
     return cells
 
 
-def load_kernels(device: str, notebook: Path = NOTEBOOK) -> Any:
-    """Run the notebook's cells tagged ``lab2-kernel`` (:func:`mlsys.runtime.notebook.exec_cells`) in a fresh module.
+def load_kernels(device: str, notebook: Path = NOTEBOOK, going_further: Path = GOING_FURTHER) -> Any:
+    """Run the notebook's cells tagged ``lab2-kernel`` (:func:`mlsys.runtime.notebook.exec_cells`) in a fresh module,
+    then those of the optional notebook (the persistent TMA kernel), with ``fallback`` set to the grouped ``matmul``.
 
     The module starts with the names the notebook's setup cell provides to them: ``torch``,
     ``triton``, ``tl`` and ``device`` (``"cuda"`` or ``"cpu"``). nbexec registers each cell's source,
@@ -86,6 +90,8 @@ def load_kernels(device: str, notebook: Path = NOTEBOOK) -> Any:
     module = types.ModuleType("lab2_kernels")
     module.__dict__.update(torch=torch, triton=triton, tl=tl, device=device)
     exec_cells(notebook, [gid for gid, _ in kernel_sources(notebook)], module.__dict__)
+    module.fallback = module.matmul  # the TMA wrapper hands what it does not take to the grouped kernel
+    exec_cells(going_further, [gid for gid, _ in kernel_sources(going_further)], module.__dict__)
     for name in ("naive_matmul", "tiled_matmul", "matmul", "matmul_kernel", "matmul_tma", "matmul_tma_kernel"):
         if not hasattr(module, name):
             raise AttributeError(f"the notebook's kernel cells should define {name!r}; they do not")

@@ -29,8 +29,10 @@ SHOWN_IN = ("labs/release/lab5_attention/lab5_attention",)
 NEEDS = "any"
 
 #: the grade ids of the notebook cells that define ``attention(q, k, v, causal)``
-KERNEL_CELLS = ("attend_blocks", "attention_kernel", "attention_launcher", "fast_attention")
+KERNEL_CELLS = ("attend_blocks", "attention_kernel", "attention_launcher")
 NOTEBOOK = lab_notebook("lab5_attention", must_exist=False)  # the instructor's notebook
+#: the optional notebook beside the lab whose cell tagged ``lab5-kernel`` defines ``fast_attention``
+GOING_FURTHER = NOTEBOOK.parents[2] / "going_further" / "lab5_going_further.ipynb"
 TOKENS = 16384  # batch * seq_len
 MODEL_WIDTH = 2048  # heads * head_dim
 
@@ -40,15 +42,21 @@ GPU_QUICK_SEQ_LENS = (1024, 4096)
 CPU_SEQ_LENS = (32, 64)
 
 
-def load_reference(notebook: str | Path = NOTEBOOK) -> dict[str, Any]:
+def load_reference(notebook: str | Path = NOTEBOOK, going_further: Path = GOING_FURTHER) -> dict[str, Any]:
     """The namespace of the notebook's kernel cells: ``attention(q, k, v, causal=False, scale=None)``,
-    ``attention_kernel`` (the autotuned Triton kernel), ``fast_attention`` (same signature) and their helpers."""
-    from ...runtime.notebook import exec_cells
+    ``attention_kernel`` (the autotuned Triton kernel) and their helpers, then ``fast_attention`` (same signature)
+    from the optional notebook's cell tagged ``lab5-kernel``, with ``fallback`` set to ``attention``."""
+    from ...runtime.notebook import code_cells, exec_cells
 
     path = Path(notebook)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: the lab's instructor notebook is needed (run from a course checkout)")
-    return exec_cells(path, list(KERNEL_CELLS), {"__name__": "lab5_attention"})
+    ns = exec_cells(path, list(KERNEL_CELLS), {"__name__": "lab5_attention"})
+    ns["fallback"] = ns["attention"]  # fast_attention hands what it does not take to the exercise's kernel
+    tagged = [c.grade_id for c in code_cells(going_further) if "lab5-kernel" in c.tags]
+    if not tagged:
+        raise ValueError(f"{going_further}: expected a code cell tagged 'lab5-kernel' (fast_attention)")
+    return exec_cells(going_further, tagged, ns)
 
 
 def naive_attention(q: Any, k: Any, v: Any, causal: bool = False, scale: float | None = None) -> Any:
