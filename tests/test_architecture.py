@@ -37,6 +37,8 @@ TIMER_ALLOWED = {
     "mlsys/runtime/notebook.py": "records how long each notebook cell took (a report, not a GPU measurement)",
     "mlsys/course/trusted.py": "the verdict process: its own clock times each round of a worker from outside, "
                                "where no answer cell runs (a submission cannot swap it)",
+    "mlsys/course/perfrounds.py": "the verdict process's state (its _Verdict, moved out of trusted.py): the same "
+                                  "outside clock for each round of a worker, where no answer cell runs",
     "mlsys/course/perfworker.py": "the clean baseline worker times the grader's own work in a round with CUDA events, "
                                   "so that it can be subtracted from the verdict's round times",
 }
@@ -276,3 +278,82 @@ def test_the_architecture_page_names_every_module():
                      if p.name != "__init__.py" and p.parent.name != "experiments" and p.name not in page)
     assert not missing, f"docs/ARCHITECTURE.md does not name {missing}; say in one line what each is for"
 
+
+
+# The grader's size limits (issue 48, "a size it can keep"): no module of mlsys/course over MAX_MODULE_LINES
+# lines, no function over MAX_FUNCTION_LINES lines (def line to last line); complexity is ruff's C901
+# (pyproject.toml, max-complexity 15). The tables below hold what is not split yet, each at its size when it
+# was listed: a ceiling that may only come down. Anything else over a limit, or a listed one that grew, fails.
+MAX_MODULE_LINES = 600
+MAX_FUNCTION_LINES = 60
+COURSE = PKG / "course"
+MODULES_NOT_YET_SPLIT: dict[str, int] = {
+}
+FUNCTIONS_NOT_YET_SPLIT: dict[str, int] = {
+    "cellrunner.py:main": 123,
+}
+
+
+def function_sizes(source: str, where: str) -> dict[str, int]:
+    """Each function's length in lines, ``end_lineno - lineno + 1`` (decorators not counted), keyed by its
+    dotted name inside the module (``Class.method``, ``outer.inner``)."""
+    sizes: dict[str, int] = {}
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                name = f"{prefix}{child.name}"
+                if not isinstance(child, ast.ClassDef):
+                    sizes[name] = child.end_lineno - child.lineno + 1
+                visit(child, name + ".")
+            else:
+                visit(child, prefix)
+
+    visit(ast.parse(source, where), "")
+    return sizes
+
+
+def size_offences(files: dict[str, str]) -> list[str]:
+    """What breaks the size limits in ``files`` (name relative to mlsys/course -> source), against the tables."""
+    bad = []
+    for rel, source in sorted(files.items()):
+        lines = len(source.splitlines())
+        ceiling = MODULES_NOT_YET_SPLIT.get(rel, MAX_MODULE_LINES)
+        if lines > ceiling:
+            bad.append(f"module {rel}: {lines} lines (limit {ceiling})")
+        for name, length in function_sizes(source, rel).items():
+            ceiling = FUNCTIONS_NOT_YET_SPLIT.get(f"{rel}:{name}", MAX_FUNCTION_LINES)
+            if length > ceiling:
+                bad.append(f"function {rel}:{name}: {length} lines (limit {ceiling})")
+    return bad
+
+
+def _course_sources() -> dict[str, str]:
+    return {p.relative_to(COURSE).as_posix(): p.read_text(encoding="utf-8") for p in sorted(COURSE.rglob("*.py"))}
+
+
+def test_the_grader_keeps_its_size():
+    bad = size_offences(_course_sources())
+    assert not bad, ("split by concept (a module) or by named step (a helper with a docstring):\n" + "\n".join(bad))
+
+
+def test_the_size_tables_list_only_what_is_still_too_big():
+    """A ceiling left in a table after its module or function was split would let it grow back: take it off."""
+    files = _course_sources()
+    stale = [m for m, _ in MODULES_NOT_YET_SPLIT.items()
+             if m not in files or len(files[m].splitlines()) <= MAX_MODULE_LINES]
+    for key in FUNCTIONS_NOT_YET_SPLIT:
+        rel, _, name = key.partition(":")
+        if function_sizes(files.get(rel, ""), rel).get(name, 0) <= MAX_FUNCTION_LINES:
+            stale.append(key)
+    assert not stale, f"within the limits now, take them off the tables: {stale}"
+
+
+def test_the_size_check_counts_what_the_brief_counts():
+    # 3 lines for f (def, docstring, return): counted from the def line, decorators left out
+    src = "import x\n\n@dec\ndef f():\n    '''doc'''\n    return 1\n\n\nclass C:\n    def m(self):\n        def inner():\n            pass\n"
+    assert function_sizes(src, "x") == {"f": 3, "C.m": 3, "C.m.inner": 2}
+    long_fn = "def g():\n" + "    x = 1\n" * 60  # 61 lines
+    assert size_offences({"new.py": long_fn}) == ["function new.py:g: 61 lines (limit 60)"]
+    assert size_offences({"new.py": "x = 1\n" * 601}) == ["module new.py: 601 lines (limit 600)"]
+    assert size_offences({"new.py": "x = 1\n" * 600}) == []

@@ -131,12 +131,7 @@ def main() -> int:
     os.remove(job["notebook"])  # the restored hidden tests are not left on disk for the answer cells to read
     skip = set(job.get("skip", []))
     in_grader = {int(i) for i in job.get("grader_cells", [])}  # test cells run here, not in the learner's kernel
-    client = NotebookClient(
-        nb, timeout=job.get("timeout", 600), startup_timeout=job.get("startup_timeout", 120),
-        interrupt_on_timeout=job.get("interrupt_on_timeout", True), allow_errors=True, kernel_name="python3",
-        error_on_timeout=job.get("error_on_timeout"), extra_arguments=["--HistoryManager.hist_file=:memory:"],
-        resources={"metadata": {"path": os.getcwd()}}, record_timing=False,
-    )
+    client = _client(NotebookClient, nb, job)
 
     def on_executed(cell: Any, cell_index: int, execute_reply: dict[str, Any], **_: Any) -> None:
         # an error whose traceback was hidden (a custom exception handler, a cleared output) still costs the cell
@@ -218,21 +213,7 @@ def main() -> int:
                     else:
                         if census is not None:
                             census.cell()
-                        started = time.monotonic()
-                        try:
-                            client.execute_cell(cell, index)
-                            if time.monotonic() - started >= limit and not any(
-                                    o.get("output_type") == "error" and o.get("ename") == "CellTimeoutError" for o in cell.outputs):
-                                cell.outputs.append(nbformat.from_dict(error_output(
-                                    "CellTimeoutError", f"the cell ran past the per-cell time limit of {limit:g} s and was interrupted")))
-                            if time.monotonic() - started >= limit and _stuck(client):
-                                cell.outputs.append(nbformat.from_dict({"output_type": "stream", "name": "stdout",
-                                                                        "text": STUCK.format(limit=limit)}))
-                                dead = True
-                        except DeadKernelError:
-                            dead = True
-                        except Exception as exc:  # nbclient's own failures cost this cell, not the notebook
-                            cell.outputs.append(nbformat.from_dict(error_output(type(exc).__name__, str(exc)[:500])))
+                        dead = _run_answer_cell(client, cell, index, limit, nbformat)
                     restart = dead and _hung(cell) and len(lost) < MAX_RESTARTS
                     if dead and (restart or index not in in_grader):
                         cell.outputs.append(nbformat.from_dict(error_output("KernelDied", RESTARTED if restart else DIED)))
@@ -253,6 +234,42 @@ def main() -> int:
         census.stop()
     emit({"done": True, "kernel_died": died})
     return 0
+
+
+def _client(NotebookClient: Any, nb: Any, job: dict[str, Any]) -> Any:
+    """The notebook client that runs the answer cells in a kernel: the job's time limits, errors kept as outputs,
+    no history file, the working folder as the notebook's path."""
+    return NotebookClient(
+        nb, timeout=job.get("timeout", 600), startup_timeout=job.get("startup_timeout", 120),
+        interrupt_on_timeout=job.get("interrupt_on_timeout", True), allow_errors=True, kernel_name="python3",
+        error_on_timeout=job.get("error_on_timeout"), extra_arguments=["--HistoryManager.hist_file=:memory:"],
+        resources={"metadata": {"path": os.getcwd()}}, record_timing=False,
+    )
+
+
+def _run_answer_cell(client: Any, cell: Any, index: int, limit: float, nbformat: Any) -> bool:
+    """Run one cell in the learner's kernel; a cell past the per-cell limit gets a CellTimeoutError output (if
+    nbclient gave none) and, if the kernel stays stuck, the STUCK note. Returns whether the kernel is dead; an
+    error of nbclient's own costs this cell, not the notebook."""
+    from nbclient.exceptions import DeadKernelError
+
+    dead = False
+    started = time.monotonic()
+    try:
+        client.execute_cell(cell, index)
+        if time.monotonic() - started >= limit and not any(
+                o.get("output_type") == "error" and o.get("ename") == "CellTimeoutError" for o in cell.outputs):
+            cell.outputs.append(nbformat.from_dict(error_output(
+                "CellTimeoutError", f"the cell ran past the per-cell time limit of {limit:g} s and was interrupted")))
+        if time.monotonic() - started >= limit and _stuck(client):
+            cell.outputs.append(nbformat.from_dict({"output_type": "stream", "name": "stdout",
+                                                    "text": STUCK.format(limit=limit)}))
+            dead = True
+    except DeadKernelError:
+        dead = True
+    except Exception as exc:  # nbclient's own failures cost this cell, not the notebook
+        cell.outputs.append(nbformat.from_dict(error_output(type(exc).__name__, str(exc)[:500])))
+    return dead
 
 
 def _grader(nb: Any, job: dict[str, Any], client: Any, nbformat: Any, in_grader: set[int]) -> tuple[dict[str, Any], Any]:

@@ -404,16 +404,7 @@ def main(role: str) -> int:
     null = os.open(os.devnull, os.O_RDWR)
     os.dup2(null, 0)
     os.dup2(null, 1)  # prints from answer cells go nowhere, not into the wire
-    shm = None  # the region the verdict process shares for outputs (--shm FD:BYTES), if any
-    for arg in sys.argv:
-        if arg.startswith("--shm="):
-            import mmap
-
-            fd, size = (int(x) for x in arg.removeprefix("--shm=").split(":"))
-            try:
-                shm = mmap.mmap(fd, size)
-            except OSError:  # no room under the sandbox's address-space cap (CPU runs): outputs cross the pipe
-                shm = None
+    shm = _shared_region()
     if role in ("baseline", "replay"):
         _non_dumpable()  # where the learner worker shares its uid (no sandbox), it cannot reach into the baseline
     if "--fake" in sys.argv:
@@ -437,80 +428,115 @@ def main(role: str) -> int:
         if op == "exit":
             os._exit(0)
         if op == "setup":
-            device = "cuda" if torch.cuda.is_available() and not msg.get("fake") else "cpu"
-            if device == "cuda" and role != "learner":
-                _warm_up(torch)  # while the verdict process starts (baseline) or the cells run (replay)
-            t0 = time.monotonic()
-            notes = exec_cells(list(msg.get("cells", [])), namespace, float(msg.get("cell_timeout") or 600))
-            if msg.get("dist"):
-                try:
-                    join_group(torch, msg["dist"], device)
-                except Exception as exc:  # reported: the verdict refuses the case with it
-                    notes.append(f"could not join the process group: {type(exc).__name__}: {str(exc)[:200]}")
-            perfwire.send(wfd, {"device": device, "notes": notes, "cells_s": time.monotonic() - t0})
+            device = _setup(torch, wfd, msg, namespace, role)
         elif op == "record" and role == "learner":
             _record(torch, wfd, msg, namespace, device)
         elif op == "load" and role == "replay":
             _load(torch, wfd, msg, blobs, replays, device)
         elif op == "arm":
-            armed = False
-            if device == "cuda":
-                try:
-                    from torch.profiler import ProfilerActivity, profile
-
-                    prof = profile(activities=[ProfilerActivity.CUDA])
-                    prof.__enter__()
-                    armed = True
-                except Exception as exc:  # reported: no trace, no credit
-                    prof = None
-                    perfwire.send(wfd, {"armed": False, "error": f"{type(exc).__name__}: {exc}"})
-                    continue
-            perfwire.send(wfd, {"armed": armed})
+            prof = _arm(wfd, device) if device == "cuda" else prof
+            if device != "cuda":
+                perfwire.send(wfd, {"armed": False})
         elif op == "round":
-            seen: set[str] = set()
-            head: dict[str, Any] = {"done": True, "fingerprints": [], "error": ""}
-            ran0, t_ran = runnable_s(), time.monotonic()  # from the request read to "done": the verdict's own waits
-            # for a core (between its clock and its write) are not the worker's, and a busy 2-core machine has many
-            outs: list[Any] = []
-            inputs: list[tuple] = []
-            try:
-                fn = build_function(torch, msg["fn"], namespace, device, replays)
-                kwargs = dict(msg.get("kwargs") or {})
-                harness: list[float] = []
-                outs, head["fingerprints"], inputs = run_calls(
-                    torch, fn, msg["shapes"], getattr(torch, msg["dtype"]), msg["seeds"], device, kwargs,
-                    _recorder(torch, seen) if msg.get("record_ops") else None,
-                    harness if msg.get("harness_time") else None, bool(msg.get("same_storage")))
-                if harness:
-                    head["harness_gpu_s"] = harness[0]
-            except BaseException as exc:
-                head["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
-                outs = []
-            head["ops"] = sorted(seen)
-            ran1, t_end = runnable_s(), time.monotonic()
-            if ran0 is not None and ran1 is not None and t_end > t_ran:  # read by the verdict from clean workers only
-                head["ran_share"] = (ran1 - ran0) / (t_end - t_ran)
-            perfwire.send(wfd, head)
-            if msg.get("send_outputs") and not head["error"]:
-                shared = perfwire.tensors_to_shared(outs, shm) if shm is not None and msg.get("shm") else None
-                if shared is not None:
-                    perfwire.send(wfd, {"shared_tensors": shared})
-                else:
-                    descs, blobs = zip(*(perfwire.tensor_bytes(o) for o in outs), strict=True) if outs else ((), ())
-                    perfwire.send(wfd, {"tensors": list(descs)}, list(blobs))
-            if msg.get("send_inputs") and not head["error"]:
-                flat = [t for args in inputs for t in args]
-                descs, blobs = zip(*(perfwire.tensor_bytes(t) for t in flat), strict=True) if flat else ((), ())
-                perfwire.send(wfd, {"tensors": list(descs)}, list(blobs))
-            if prof is not None:
-                try:
-                    prof.__exit__(None, None, None)
-                    perfwire.send(wfd, {"kernels": _kernel_summary(prof)})
-                except Exception as exc:
-                    perfwire.send(wfd, {"kernels": None, "error": f"{type(exc).__name__}: {exc}"})
-                prof = None
+            _round(torch, wfd, msg, namespace, device, replays, shm, prof)
+            prof = None
         else:
             perfwire.send(wfd, {"error": f"unknown op {op!r}"})
+
+
+def _shared_region() -> Any:
+    """The region the verdict process shares for outputs (``--shm=FD:BYTES``), mapped; None without one, or where
+    the sandbox's address-space cap leaves no room for it (CPU runs: outputs then cross the pipe)."""
+    shm = None
+    for arg in sys.argv:
+        if arg.startswith("--shm="):
+            import mmap
+
+            fd, size = (int(x) for x in arg.removeprefix("--shm=").split(":"))
+            try:
+                shm = mmap.mmap(fd, size)
+            except OSError:  # no room under the sandbox's address-space cap (CPU runs): outputs cross the pipe
+                shm = None
+    return shm
+
+
+def _setup(torch: Any, wfd: int, msg: dict[str, Any], namespace: dict[str, Any], role: str) -> str:
+    """The ``setup`` op: the device chosen (a clean worker on a GPU warms it up), the cells run into ``namespace``
+    and, for ranks, the process group joined; replies with the device, the cells' notes and their seconds."""
+    device = "cuda" if torch.cuda.is_available() and not msg.get("fake") else "cpu"
+    if device == "cuda" and role != "learner":
+        _warm_up(torch)  # while the verdict process starts (baseline) or the cells run (replay)
+    t0 = time.monotonic()
+    notes = exec_cells(list(msg.get("cells", [])), namespace, float(msg.get("cell_timeout") or 600))
+    if msg.get("dist"):
+        try:
+            join_group(torch, msg["dist"], device)
+        except Exception as exc:  # reported: the verdict refuses the case with it
+            notes.append(f"could not join the process group: {type(exc).__name__}: {str(exc)[:200]}")
+    perfwire.send(wfd, {"device": device, "notes": notes, "cells_s": time.monotonic() - t0})
+    return device
+
+
+def _arm(wfd: int, device: str) -> Any:
+    """The ``arm`` op on a GPU: a CUDA kernel profiler started for the next round; replies whether it started
+    (with the error when it did not: no trace, no credit). Returns the profiler, or None."""
+    try:
+        from torch.profiler import ProfilerActivity, profile
+
+        prof = profile(activities=[ProfilerActivity.CUDA])
+        prof.__enter__()
+    except Exception as exc:  # reported: no trace, no credit
+        perfwire.send(wfd, {"armed": False, "error": f"{type(exc).__name__}: {exc}"})
+        return None
+    perfwire.send(wfd, {"armed": True})
+    return prof
+
+
+def _round(torch: Any, wfd: int, msg: dict[str, Any], namespace: dict[str, Any], device: str,
+           replays: dict[str, Any], shm: Any, prof: Any) -> None:
+    """The ``round`` op: the calls run and fingerprinted (their ops recorded where asked), the share of the round
+    this worker was runnable, then the outputs, the inputs and the armed profiler's kernel summary sent back."""
+    seen: set[str] = set()
+    head: dict[str, Any] = {"done": True, "fingerprints": [], "error": ""}
+    ran0, t_ran = runnable_s(), time.monotonic()  # from the request read to "done": the verdict's own waits
+    # for a core (between its clock and its write) are not the worker's, and a busy 2-core machine has many
+    outs: list[Any] = []
+    inputs: list[tuple] = []
+    try:
+        fn = build_function(torch, msg["fn"], namespace, device, replays)
+        kwargs = dict(msg.get("kwargs") or {})
+        harness: list[float] = []
+        outs, head["fingerprints"], inputs = run_calls(
+            torch, fn, msg["shapes"], getattr(torch, msg["dtype"]), msg["seeds"], device, kwargs,
+            _recorder(torch, seen) if msg.get("record_ops") else None,
+            harness if msg.get("harness_time") else None, bool(msg.get("same_storage")))
+        if harness:
+            head["harness_gpu_s"] = harness[0]
+    except BaseException as exc:
+        head["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+        outs = []
+    head["ops"] = sorted(seen)
+    ran1, t_end = runnable_s(), time.monotonic()
+    if ran0 is not None and ran1 is not None and t_end > t_ran:  # read by the verdict from clean workers only
+        head["ran_share"] = (ran1 - ran0) / (t_end - t_ran)
+    perfwire.send(wfd, head)
+    if msg.get("send_outputs") and not head["error"]:
+        shared = perfwire.tensors_to_shared(outs, shm) if shm is not None and msg.get("shm") else None
+        if shared is not None:
+            perfwire.send(wfd, {"shared_tensors": shared})
+        else:
+            descs, blobs = zip(*(perfwire.tensor_bytes(o) for o in outs), strict=True) if outs else ((), ())
+            perfwire.send(wfd, {"tensors": list(descs)}, list(blobs))
+    if msg.get("send_inputs") and not head["error"]:
+        flat = [t for args in inputs for t in args]
+        descs, blobs = zip(*(perfwire.tensor_bytes(t) for t in flat), strict=True) if flat else ((), ())
+        perfwire.send(wfd, {"tensors": list(descs)}, list(blobs))
+    if prof is not None:
+        try:
+            prof.__exit__(None, None, None)
+            perfwire.send(wfd, {"kernels": _kernel_summary(prof)})
+        except Exception as exc:
+            perfwire.send(wfd, {"kernels": None, "error": f"{type(exc).__name__}: {exc}"})
 
 
 def ranks(spec: str, fake: bool) -> int:

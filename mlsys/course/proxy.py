@@ -131,27 +131,16 @@ def encode(x: Any, handle: Callable[[Any], dict[str, Any]], depth: int = 0) -> d
         return {"t": "dict", "k": list(x), "v": [encode(v, handle, depth + 1) for v in x.values()]}
     torch = sys.modules.get("torch")
     if torch is not None and t is torch.Tensor:
-        cpu = x.detach().to("cpu").contiguous()
-        raw = cpu.view(-1).view(torch.uint8).numpy().tobytes() if cpu.numel() else b""
-        out = {"t": "tensor", "dtype": str(cpu.dtype).removeprefix("torch."), "shape": list(cpu.shape),
-               "device": x.device.type, "blob": _blob(raw)}
-        pad = x.__dict__.get(ZERO_PAD) if hasattr(x, "__dict__") else None
-        if type(pad) is int and 0 < pad <= MAX_PAD:  # checks.in_zero_padding: rebuilt in zero-filled memory there too
-            out["pad"] = pad
-        return out
+        return _encode_tensor(torch, x)
     triton = sys.modules.get("triton")
     if triton is not None and t is getattr(triton, "Config", None):
         fields = {k: getattr(x, k, None) for k in ("num_warps", "num_stages", "num_ctas")}
         return {"t": "triton_config", "kwargs": encode(dict(x.kwargs), handle, depth + 1),
                 "f": encode({k: v for k, v in fields.items() if type(v) is int}, handle, depth + 1)}
     np = sys.modules.get("numpy")
-    if np is not None:
-        if t is np.ndarray:
-            if x.dtype.kind not in "biufc":
-                return {"t": "rejected", "what": f"an array of dtype {x.dtype}"}
-            return {"t": "ndarray", "dtype": x.dtype.str, "shape": list(x.shape), "blob": _blob(np.ascontiguousarray(x).tobytes())}
-        if isinstance(x, np.generic) and t.__module__ == "numpy" and x.dtype.kind in "biufc":
-            return {"t": "npscalar", "dtype": x.dtype.str, "v": encode(x.item(), handle, depth + 1)}
+    if np is not None and (t is np.ndarray or (isinstance(x, np.generic) and t.__module__ == "numpy"
+                                               and x.dtype.kind in "biufc")):
+        return _encode_numpy(np, x, handle, depth)
     units = sys.modules.get("mlsys.units")
     if units is not None and t is units.ureg.Quantity:
         return {"t": "quantity", "m": encode(x.magnitude, handle, depth + 1), "u": str(x.units)}
@@ -163,6 +152,39 @@ def encode(x: Any, handle: Callable[[Any], dict[str, Any]], depth: int = 0) -> d
         return {"t": "course", "mod": mod, "cls": t.__name__,
                 "f": encode({k: v for k, v in fields.items() if type(k) is str}, handle, depth + 1)}
     return handle(x)
+
+
+def _encode_tensor(torch: Any, x: Any) -> dict[str, Any]:
+    """An exact tensor as its raw bytes (copied to the CPU, contiguous) with dtype, shape, device and zero padding."""
+    cpu = x.detach().to("cpu").contiguous()
+    raw = cpu.view(-1).view(torch.uint8).numpy().tobytes() if cpu.numel() else b""
+    out = {"t": "tensor", "dtype": str(cpu.dtype).removeprefix("torch."), "shape": list(cpu.shape),
+           "device": x.device.type, "blob": _blob(raw)}
+    pad = x.__dict__.get(ZERO_PAD) if hasattr(x, "__dict__") else None
+    if type(pad) is int and 0 < pad <= MAX_PAD:  # checks.in_zero_padding: rebuilt in zero-filled memory there too
+        out["pad"] = pad
+    return out
+
+
+def _encode_numpy(np: Any, x: Any, handle: Callable[[Any], dict[str, Any]], depth: int) -> dict[str, Any]:
+    """An exact numpy array as its raw bytes (numbers only: dtype kinds b, i, u, f, c), or a numpy scalar of a
+    number's dtype."""
+    if type(x) is np.ndarray:
+        if x.dtype.kind not in "biufc":
+            return {"t": "rejected", "what": f"an array of dtype {x.dtype}"}
+        return {"t": "ndarray", "dtype": x.dtype.str, "shape": list(x.shape), "blob": _blob(np.ascontiguousarray(x).tobytes())}
+    return {"t": "npscalar", "dtype": x.dtype.str, "v": encode(x.item(), handle, depth + 1)}
+
+
+def _decode_triton_config(d: dict[str, Any], ref: Callable[[dict[str, Any]], Any], depth: int) -> Any:
+    """A ``triton.Config`` rebuilt from numbers only (its kwargs, and num_warps, num_stages, num_ctas)."""
+    import triton
+
+    kwargs, fields = decode(d.get("kwargs"), ref, depth + 1), decode(d.get("f"), ref, depth + 1)
+    if not isinstance(kwargs, dict) or not isinstance(fields, dict) or not all(
+            type(v) in (int, bool, float) for v in [*kwargs.values(), *fields.values()]):
+        return Rejected("a triton.Config with fields other than numbers")
+    return triton.Config(kwargs, **{k: v for k, v in fields.items() if k in ("num_warps", "num_stages", "num_ctas")})
 
 
 def decode(d: Any, ref: Callable[[dict[str, Any]], Any], depth: int = 0) -> Any:
@@ -184,42 +206,11 @@ def decode(d: Any, ref: Callable[[dict[str, Any]], Any], depth: int = 0) -> Any:
             return Rejected("malformed")
         return dict(zip(keys, (decode(v, ref, depth + 1) for v in d.get("v", [])), strict=False))
     if t == "tensor":
-        import torch
-
-        dtype = getattr(torch, str(d["dtype"]), None)
-        if not isinstance(dtype, torch.dtype):
-            return Rejected(f"a tensor of dtype {d['dtype']!r}")
-        raw = bytearray(_read_blob(d["blob"]))
-        shape = [int(s) for s in d["shape"]]
-        flat = torch.frombuffer(raw, dtype=torch.uint8) if raw else torch.empty(0, dtype=torch.uint8)
-        out = flat.view(dtype).reshape(shape) if raw else torch.empty(shape, dtype=dtype)
-        device = d.get("device", "cpu")
-        if device not in ("cpu", "cuda"):  # a "meta" tensor has a shape and no values: never a result
-            return Rejected(f"a tensor on device {str(device)[:20]!r}")
-        out = out.clone() if device == "cpu" else out.to(device)
-        pad = d.get("pad")
-        return zero_padded(out, pad) if type(pad) is int and 0 < pad <= MAX_PAD else out
+        return _decode_tensor(d)
     if t == "triton_config":
-        import triton
-
-        kwargs, fields = decode(d.get("kwargs"), ref, depth + 1), decode(d.get("f"), ref, depth + 1)
-        if not isinstance(kwargs, dict) or not isinstance(fields, dict) or not all(
-                type(v) in (int, bool, float) for v in [*kwargs.values(), *fields.values()]):
-            return Rejected("a triton.Config with fields other than numbers")
-        return triton.Config(kwargs, **{k: v for k, v in fields.items() if k in ("num_warps", "num_stages", "num_ctas")})
-    if t == "ndarray":
-        import numpy as np
-
-        dtype = np.dtype(str(d["dtype"]))
-        if dtype.kind not in "biufc":
-            return Rejected(f"an array of dtype {dtype}")
-        return np.frombuffer(_read_blob(d["blob"]), dtype=dtype).reshape([int(s) for s in d["shape"]]).copy()
-    if t == "npscalar":
-        import numpy as np
-
-        dtype = np.dtype(str(d["dtype"]))
-        v = decode(d["v"], ref, depth + 1)
-        return dtype.type(v) if dtype.kind in "biufc" and type(v) in (bool, int, float, complex) else Rejected("malformed")
+        return _decode_triton_config(d, ref, depth)
+    if t in ("ndarray", "npscalar"):
+        return _decode_numpy(d, ref, depth)
     if t == "quantity":
         from mlsys.units import ureg
 
@@ -235,6 +226,40 @@ def decode(d: Any, ref: Callable[[dict[str, Any]], Any], depth: int = 0) -> Any:
     if t == "handle":
         return ref(d)
     return Rejected("malformed")
+
+
+def _decode_tensor(d: dict[str, Any]) -> Any:
+    """A tensor rebuilt from its raw bytes (a dtype of torch's, on the CPU or CUDA, zero-padded where asked);
+    a tensor of another dtype or device is :class:`Rejected`."""
+    import torch
+
+    dtype = getattr(torch, str(d["dtype"]), None)
+    if not isinstance(dtype, torch.dtype):
+        return Rejected(f"a tensor of dtype {d['dtype']!r}")
+    raw = bytearray(_read_blob(d["blob"]))
+    shape = [int(s) for s in d["shape"]]
+    flat = torch.frombuffer(raw, dtype=torch.uint8) if raw else torch.empty(0, dtype=torch.uint8)
+    out = flat.view(dtype).reshape(shape) if raw else torch.empty(shape, dtype=dtype)
+    device = d.get("device", "cpu")
+    if device not in ("cpu", "cuda"):  # a "meta" tensor has a shape and no values: never a result
+        return Rejected(f"a tensor on device {str(device)[:20]!r}")
+    out = out.clone() if device == "cpu" else out.to(device)
+    pad = d.get("pad")
+    return zero_padded(out, pad) if type(pad) is int and 0 < pad <= MAX_PAD else out
+
+
+def _decode_numpy(d: dict[str, Any], ref: Callable[[dict[str, Any]], Any], depth: int) -> Any:
+    """A numpy array rebuilt from its raw bytes, or a numpy scalar; numbers only (dtype kinds b, i, u, f, c)."""
+    import numpy as np
+
+    if d.get("t") == "ndarray":
+        dtype = np.dtype(str(d["dtype"]))
+        if dtype.kind not in "biufc":
+            return Rejected(f"an array of dtype {dtype}")
+        return np.frombuffer(_read_blob(d["blob"]), dtype=dtype).reshape([int(s) for s in d["shape"]]).copy()
+    dtype = np.dtype(str(d["dtype"]))
+    v = decode(d["v"], ref, depth + 1)
+    return dtype.type(v) if dtype.kind in "biufc" and type(v) in (bool, int, float, complex) else Rejected("malformed")
 
 
 def _rebuild(mod: str, cls_name: str, fields: Any) -> Any:

@@ -162,7 +162,6 @@ def record_call(torch: Any, fn: Any, args: tuple, kwargs: dict[str, Any]) -> tup
 
     Raises :class:`ReplayError` for what cannot be replayed (an argument of another type, a result the call
     did not make), and whatever the call itself raises."""
-    from torch.utils._python_dispatch import TorchDispatchMode
     from triton.compiler.compiler import CompiledKernel
 
     vals = _Values(torch)
@@ -172,23 +171,6 @@ def record_call(torch: Any, fn: Any, args: tuple, kwargs: dict[str, Any]) -> tup
     kernels: list[dict[str, Any]] = []
     kernel_index: dict[int, int] = {}
     state = {"busy": False}
-
-    class Record(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
-            kwargs = kwargs or {}
-            out = func(*args, **kwargs)
-            if state["busy"]:
-                return out
-            ns, _, name = func._schema.name.partition("::")
-            state["busy"] = True
-            try:
-                step = {"aten": name if ns == "aten" else f"{ns}::{name}", "overload": func._overloadname,
-                        "args": _encode(torch, vals, list(args)), "kwargs": {k: _encode(torch, vals, v) for k, v in kwargs.items()}}
-                step["out"] = [vals.add(t) if isinstance(t, torch.Tensor) else None for t in _flat(out)]
-                steps.append(step)
-            finally:
-                state["busy"] = False
-            return out
 
     run_prop = CompiledKernel.__dict__["run"]
 
@@ -215,7 +197,7 @@ def record_call(torch: Any, fn: Any, args: tuple, kwargs: dict[str, Any]) -> tup
 
     CompiledKernel.run = property(recording_run)
     try:
-        with Record():
+        with _recording_mode(torch, vals, steps, state):
             out = fn(*args, **kwargs)
         state["busy"] = True
         if not isinstance(out, torch.Tensor):
@@ -228,6 +210,31 @@ def record_call(torch: Any, fn: Any, args: tuple, kwargs: dict[str, Any]) -> tup
     plan = {"version": PLAN_VERSION, "inputs": len(args), "values": len(vals.keep), "output": idx,
             "externals": vals.externals, "kernels": kernels, "steps": steps}
     return out, plan, vals.blobs
+
+
+def _recording_mode(torch: Any, vals: Any, steps: list[dict[str, Any]], state: dict[str, bool]) -> Any:
+    """A dispatch mode that appends each aten op the call runs to ``steps`` (its name, overload, encoded arguments
+    and outputs), except those run while ``state["busy"]`` (the recorder's own work, a kernel launch's)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+            kwargs = kwargs or {}
+            out = func(*args, **kwargs)
+            if state["busy"]:
+                return out
+            ns, _, name = func._schema.name.partition("::")
+            state["busy"] = True
+            try:
+                step = {"aten": name if ns == "aten" else f"{ns}::{name}", "overload": func._overloadname,
+                        "args": _encode(torch, vals, list(args)), "kwargs": {k: _encode(torch, vals, v) for k, v in kwargs.items()}}
+                step["out"] = [vals.add(t) if isinstance(t, torch.Tensor) else None for t in _flat(out)]
+                steps.append(step)
+            finally:
+                state["busy"] = False
+            return out
+
+    return Record()
 
 
 def plan_ops(plan: dict[str, Any]) -> list[str]:

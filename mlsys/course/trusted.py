@@ -80,17 +80,72 @@ import math
 import os
 import statistics
 import sys
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..runtime import pysource
-from . import learnerbox, policy
+from . import learnerbox
+
+# What moved out of this module (issue 48, "a size it can keep"), importable from here as before: the public
+# names are in __all__, the private ones (tests and the learner's preview use them) are kept by the noqa.
+from .perfboxes import (  # noqa: F401
+    ROUND_LIMIT_S,
+    SHARED_BYTES,
+    _LocalWorker,
+    _ProcWorker,
+    _RankGroup,
+    _RemoteBox,
+    _workers,
+)
+from .perfrounds import (  # noqa: F401
+    FAKE_SECONDS,
+    _baseline_round,
+    _clean_window,
+    _collective_refusal,
+    _link_bandwidth,
+    _measured_roof,
+    _ops_refusal,
+    _prepare,
+    _Prepared,
+    _Refused,
+    _replayed,
+    _shapes,
+    _Verdict,
+    _verdict,
+    _Window,
+    _work,
+    ranks_inputs,
+)
+from .perfrules import (
+    ALWAYS_ALLOWED_KERNELS,
+    FULL_CREDIT_MARGIN,
+    GRADER_KERNEL_PREFIX,
+    LIBRARY_ONLY_MARKS,
+    RAN_SHARE,
+    STOPPED_S,
+    TRACE_SLACK_S,
+    VENDOR_KERNEL_MARKS,
+    coverage_refusal,
+    credit_of,
+    did_not_run,
+    exchanged_point_to_point,
+    forbidden_ops,
+    harness_refusal,
+    kernel_refusal,
+    roofline_floor,
+    spread,
+    sure_of_full_credit,
+    traced_per_call,
+    triton_kernel_names,
+)
+from .perfspec import PerfCase, find_spec, load_spec
 
 __all__ = ["PerfCase", "answer_cells", "load_spec", "find_spec", "grade_case", "grade_performance", "run_job", "main",
            "FAKE_SECONDS", "VENDOR_KERNEL_MARKS",
            "forbidden_ops", "exchanged_point_to_point", "kernel_refusal", "traced_per_call", "coverage_refusal", "triton_kernel_names", "roofline_floor", "credit_of", "spread",
-           "sure_of_full_credit", "FULL_CREDIT_MARGIN"]
+           "sure_of_full_credit", "FULL_CREDIT_MARGIN",
+           "harness_refusal", "did_not_run", "ranks_inputs", "ALWAYS_ALLOWED_KERNELS", "GRADER_KERNEL_PREFIX",
+           "LIBRARY_ONLY_MARKS", "RAN_SHARE", "STOPPED_S", "TRACE_SLACK_S", "ROUND_LIMIT_S", "SHARED_BYTES"]
 
 REPLAY_ENV = "MLSYS_GRADER_REPLAY"
 """Where a one-rank case is timed by replaying the learner's recorded call in a clean worker
@@ -105,969 +160,10 @@ def _replay_here(cuda: bool, world: int) -> bool:
         raise ValueError(f"{REPLAY_ENV} must be gpu, always or off, got {mode!r}")
     return world == 1 and (mode == "always" or (mode == "gpu" and cuda))
 
-FAKE_SECONDS = 1e-3
-"""What the fake timer reports for every timed callable (seconds per call)."""
-
 # What each kind of exercise may dispatch lives in mlsys.course.policy (one table for the test cells and here).
 
 
-@dataclass(frozen=True)
-class PerfCase:
-    """One ``perf_*`` cell's spec (see the module docstring for the TOML keys)."""
 
-    grade_id: str
-    function: str
-    points: float
-    args: dict[str, list[int]]
-    quick_args: dict[str, list[int]]
-    dtype: str
-    reference: str
-    baseline: str = "reference"
-    forbid: str = "matmul"
-    full_at: float = 0.5
-    zero_at: float = 0.0
-    rtol: float = 1e-2
-    atol: float = 1e-2
-    repeats: int = 20
-    warmup: int = 3
-    baseline_expr: str = ""
-    fresh_args: dict[str, list[int]] = field(default_factory=dict)
-    kwargs: dict[str, Any] = field(default_factory=dict)
-    flops: str = ""
-    bytes: str = ""
-    kernels: str = "any"
-    rounds: int = 3
-    world: int = 1
-
-    @classmethod
-    def from_dict(cls, grade_id: str, d: dict[str, Any]) -> PerfCase:
-        known = {"function", "points", "args", "quick_args", "dtype", "reference", "baseline", "forbid", "full_at",
-                 "zero_at", "rtol", "atol", "repeats", "warmup", "baseline_expr", "fresh_args", "kwargs",
-                 "flops", "bytes", "kernels", "rounds", "world"}
-        missing = {"function", "points", "args", "dtype", "reference"} - set(d)
-        if missing:
-            raise ValueError(f"perf spec [{grade_id}]: missing keys {sorted(missing)}")
-        unknown = set(d) - known
-        if unknown:
-            raise ValueError(f"perf spec [{grade_id}]: unknown keys {sorted(unknown)}; expected some of {sorted(known)}")
-        if d.get("baseline", "reference") not in ("reference", "copy"):
-            raise ValueError(f"perf spec [{grade_id}]: baseline must be 'reference' or 'copy', got {d['baseline']!r}")
-        if d.get("forbid", "matmul") not in ("matmul", "compute", "collectives", "none"):
-            raise ValueError(f"perf spec [{grade_id}]: forbid must be 'matmul', 'compute', 'collectives' or 'none', "
-                             f"got {d['forbid']!r}")
-        if not isinstance(d.get("world", 1), int) or not 1 <= d.get("world", 1) <= 64:
-            raise ValueError(f"perf spec [{grade_id}]: world must be a number of ranks from 1 to 64")
-        if not float(d.get("full_at", 0.5)) > float(d.get("zero_at", 0.0)):
-            raise ValueError(f"perf spec [{grade_id}]: expected full_at > zero_at")
-        if not isinstance(d["args"], dict) or not d["args"]:
-            raise ValueError(f"perf spec [{grade_id}]: args must be a table name -> shape, e.g. {{ x = [1024] }}")
-        if "fresh_args" in d and (not isinstance(d["fresh_args"], dict) or list(d["fresh_args"]) != list(d["args"])):
-            raise ValueError(f"perf spec [{grade_id}]: fresh_args must name the same arguments as args, in order")
-        kw = d.get("kwargs", {})
-        if not isinstance(kw, dict) or not all(isinstance(v, (bool, int, float, str)) for v in kw.values()):
-            raise ValueError(f"perf spec [{grade_id}]: kwargs must be a table of plain values, e.g. {{ causal = true }}")
-        if d.get("kernels", "any") not in ("any", "triton"):
-            raise ValueError(f"perf spec [{grade_id}]: kernels must be 'any' or 'triton', got {d['kernels']!r}")
-        if int(d.get("rounds", 3)) < 1 or int(d.get("repeats", 20)) < 1:
-            raise ValueError(f"perf spec [{grade_id}]: rounds and repeats must be at least 1")
-        if not grade_id.startswith("perf_"):
-            raise ValueError(f"perf spec: table names are perf_* grade ids, got {grade_id!r}")
-        return cls(grade_id=grade_id, function=str(d["function"]), points=float(d["points"]),
-                   args={k: [int(n) for n in v] for k, v in d["args"].items()},
-                   quick_args={k: [int(n) for n in v] for k, v in d.get("quick_args", d["args"]).items()},
-                   dtype=str(d["dtype"]), reference=str(d["reference"]), baseline=d.get("baseline", "reference"),
-                   forbid=d.get("forbid", "matmul"), full_at=float(d.get("full_at", 0.5)),
-                   zero_at=float(d.get("zero_at", 0.0)), rtol=float(d.get("rtol", 1e-2)),
-                   atol=float(d.get("atol", 1e-2)), repeats=int(d.get("repeats", 20)), warmup=int(d.get("warmup", 3)),
-                   baseline_expr=str(d.get("baseline_expr", "")),
-                   fresh_args={k: [int(n) for n in v] for k, v in d.get("fresh_args", d["args"]).items()},
-                   kwargs=dict(kw), flops=str(d.get("flops", "")), bytes=str(d.get("bytes", "")),
-                   kernels=str(d.get("kernels", "any")), rounds=int(d.get("rounds", 3)), world=int(d.get("world", 1)))
-
-
-def load_spec(path: Path | str) -> dict[str, PerfCase]:
-    """Parse a ``perf.toml`` into {grade_id: PerfCase}; a malformed spec raises ``ValueError``."""
-    import tomllib
-
-    data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    return {gid: PerfCase.from_dict(gid, d) for gid, d in data.items()}
-
-
-def find_spec(lab: str) -> Path | None:
-    """``perf.toml`` for ``lab``: the working folder first (a released lab), then the course's labs folder, then
-    the copy the installed package carries (``mlsys/_labs/<lab>/perf.toml``: Colab, a notebook alone)."""
-    from importlib.util import find_spec as find_module
-
-    from ..runtime.paths import labs_root
-
-    packaged = find_module("mlsys._labs")
-    shipped = [Path(d) / lab / "perf.toml" for d in (packaged.submodule_search_locations or [])] if packaged else []
-    for p in (Path.cwd() / "perf.toml", labs_root() / "source" / lab / "perf.toml",
-              labs_root() / "release" / lab / "perf.toml", *shipped):
-        if p.is_file():
-            return p
-    return None
-
-
-# ----------------------------------------------------------------------------------------------
-# the decisions (pure functions of evidence: tested on their own)
-
-VENDOR_KERNEL_MARKS = ("cublas", "cutlass", "gemm", "gemv", "xmma", "cudnn", "flash", "fmha", "nccl", "cusparse",
-                       "sm90_", "sm80_", "sm100_", "ampere_", "hopper_", "volta_", "turing_", "magma", "mma_")
-"""Substrings (lower case) of vendor-library kernel names: cuBLAS/cuBLASLt, CUTLASS, cuDNN,
-FlashAttention, NCCL, cuSPARSELt. A kernel whose name holds one earns nothing, whoever launched it."""
-
-TRACE_SLACK_S = 50e-6
-"""Per-call time the kernel trace need not account for (launches, the wire): below it, tiny kernels
-are all overhead and the trace-time cross-check says nothing."""
-
-LIBRARY_ONLY_MARKS = ("cublas", "cutlass", "xmma", "cudnn", "nccl", "cusparse", "sm90_", "sm80_", "sm100_",
-                      "ampere_", "hopper_", "volta_", "turing_", "magma")
-"""Marks no hand-written kernel's name needs: a Triton kernel named with one is refused (it would pass
-a library kernel of that name off as the learner's). ``gemm`` or ``flash`` are fine names for your own."""
-
-ALWAYS_ALLOWED_KERNELS = ("memcpy", "memset")
-"""Trace entries that are data movement, not compute (CUPTI names them "Memcpy HtoD", "Memset")."""
-
-
-def forbidden_ops(forbid: str, ops: set[str] | list[str]) -> list[str]:
-    """Ops of ``ops`` that a case forbidding ``"matmul"``, ``"compute"`` or ``"collectives"`` refuses, in the one
-    spelling (``aten::mm``, ``c10d::allreduce_``): :func:`mlsys.course.policy.forbidden`."""
-    return policy.forbidden("step" if forbid == "none" else forbid, ops)
-
-
-def exchanged_point_to_point(ops: set[str] | list[str]) -> bool:
-    """True when a rank's record holds a send or a receive of torch.distributed."""
-    return any(policy.qualified(op) in policy.POINT_TO_POINT for op in ops)
-
-
-def triton_kernel_names(cells: list[str]) -> set[str]:
-    """Names of the functions the answer cells decorate with ``triton.jit`` (or ``jit``, or under
-    ``triton.autotune``/``heuristics``), read from their source with ``ast``: nothing is executed."""
-    import ast
-
-    try:
-        from IPython.core.inputtransformer2 import TransformerManager
-
-        transform = TransformerManager().transform_cell
-    except Exception:
-        def transform(src: str) -> str:
-            return src
-    names: set[str] = set()
-    for src in cells:
-        try:
-            tree = pysource.parse(transform(src))
-        except (SyntaxError, ValueError):
-            continue
-        for node in ast.walk(tree):
-            if isinstance(node, ast.FunctionDef):
-                for dec in node.decorator_list:
-                    text = ast.unparse(dec)
-                    if text in ("jit", "triton.jit") or text.startswith(("triton.jit(", "jit(", "triton.autotune",
-                                                                          "triton.heuristics")):
-                        names.add(node.name)
-    return names
-
-
-def kernel_refusal(forbid: str, kernels: dict[str, list[float]], harness: set[str], triton_names: set[str],
-                   require_triton: bool, calls: int, measured_s: float) -> str:
-    """The GPU decision from a kernel trace of one timed round ("" when it may stand).
-
-    ``kernels``: {name: [count, microseconds]} of the round; ``harness``: names the trusted baseline
-    worker's empty round traced (input generation, fingerprints); ``measured_s``: the verdict's time
-    per call. Refused: a vendor-library kernel (with ``forbid="collectives"``, NCCL's send/receive kernel
-    is the learner's own exchange, every other NCCL kernel a library collective); with ``forbid="compute"`` any kernel that is not the
-    learner's Triton kernel or a copy; no kernel of the learner at all; a trace whose kernels account
-    for under a quarter of the measured time beyond :data:`TRACE_SLACK_S` (work the trace did not see).
-    """
-    import re
-
-    imitating = sorted(t for t in triton_names if any(m in t.lower() for m in LIBRARY_ONLY_MARKS))
-    if imitating:
-        return f"your Triton kernels are named like library kernels ({', '.join(imitating[:3])}): rename them"
-    grader_named = sorted(t for t in triton_names if t.lower().startswith(GRADER_KERNEL_PREFIX))
-    if grader_named:
-        return f"your Triton kernels are named like the grader's own ({', '.join(grader_named[:3])}): rename them"
-    own = {n: c for n, c in kernels.items() if n not in harness}
-    mine = {n for n in own if any(re.fullmatch(re.escape(t) + r"(_[0-9A-Za-z]+)?", n) for t in triton_names)}
-    vendor = sorted(n for n in own if forbid != "none" and n not in mine and any(m in n.lower() for m in VENDOR_KERNEL_MARKS)
-                    and not (forbid == "collectives" and "sendrecv" in n.lower()))  # NCCL's point-to-point kernel
-    if vendor:
-        return f"vendor library kernels ran in the timed calls: {', '.join(v[:80] for v in vendor[:3])}"
-    others = sorted(n for n in own if n not in mine and not n.lower().startswith(ALWAYS_ALLOWED_KERNELS))
-    if forbid == "compute" and others:
-        return f"kernels other than your Triton kernels ran in the timed calls: {', '.join(o[:80] for o in others[:3])}"
-    if not own or (require_triton and not mine):
-        return ("no kernel of yours ran in the timed calls (the trace holds "
-                f"{', '.join(sorted(own)[:3]) or 'nothing but the grader'})")
-    return coverage_refusal(traced_per_call(kernels, harness, calls), measured_s)
-
-
-def traced_per_call(kernels: dict[str, list[float]], harness: set[str], calls: int) -> float:
-    """Seconds of device time per call that a round's trace saw in kernels other than the harness's."""
-    return sum(c[1] for n, c in kernels.items() if n not in harness) * 1e-6 / max(calls, 1)
-
-
-GRADER_KERNEL_PREFIX = "_grader_"
-"""Names of the grader's own Triton kernels (input fill, fingerprint: :mod:`mlsys.course.harnesskernels`)."""
-
-
-def harness_refusal(kernels: dict[str, list[float]], harness: set[str], harness_us: float) -> str:
-    """Refused when a learner's round shows less of the grader's own kernels (``harness``: the names the clean
-    worker's overhead round traced: input generation, fingerprints) than that overhead round of the same calls
-    (``harness_us``, its fewest microseconds): their time is subtracted from every round as the grader's, so a
-    learner's process that skipped or shrank that work (a cheaper fingerprint, outputs computed from the
-    seed) would gain it. Kernel durations come from the device, so a busy GPU makes them no shorter; half
-    is the margin."""
-    if harness_us <= 0:
-        return ""
-    mine = sum(c[1] for n, c in kernels.items() if n in harness)
-    if mine < 0.5 * harness_us:
-        return (f"the grader's own kernels (fresh inputs, fingerprints) took {mine:.4g} us in your round against "
-                f"{harness_us:.4g} us in the clean worker's: the grader's work was skipped in your process")
-    return ""
-
-
-def coverage_refusal(traced_s: float, measured_s: float, noise_s: float = 0.0, untraced_base_s: float = 0.0) -> str:
-    """Refused when the traced kernels account for under a quarter of the measured time per call beyond
-    :data:`TRACE_SLACK_S` (work ran that the trace did not see). Decide it on the fastest round: hidden
-    work costs time in every round, while noise (another process on the GPU, the host) only ever adds it,
-    so one slow round must not refuse honest work (on an H200, 5 of 10 gradings of Lab 3's instructor
-    element-wise kernel, 33 us on the device, were refused on a round measured at 190-250 us per call).
-    ``noise_s``: how much the grader's own per-call overhead, subtracted from the measured time, varied
-    between its rounds (60 us per call in that run, more than the kernel took): the slack grows by it.
-    ``untraced_base_s``: per call, how much of the baseline's own measured time (its fastest round) its
-    trace did not account for, in the clean worker that never ran learner code: time the machine adds
-    to any work (other processes sharing the GPU, the host), not hidden work; the slack grows by it
-    (three gradings sharing an H200 put a 33 us copy at 500 us per call on both sides)."""
-    if traced_s < 0.25 * (measured_s - TRACE_SLACK_S - noise_s - max(untraced_base_s, 0.0)):
-        return (f"the kernel trace accounts for {traced_s * 1e6:.3g} us of the {measured_s * 1e6:.3g} us measured per call: "
-                "work ran that the trace did not see")
-    return ""
-
-
-def roofline_floor(flops: float, nbytes: float, roof: Any) -> float:
-    """Seconds no call can beat: ``max(flops / peak, bytes / bandwidth)`` of a :class:`mlsys.roofline.Roof`."""
-    from mlsys.roofline import time_lower_bound
-
-    return float(time_lower_bound(flops, nbytes, roof).to("s").magnitude)
-
-
-def credit_of(share: float, case: PerfCase) -> float:
-    """Linear credit: 0 at ``zero_at``, 1 at ``full_at`` and above."""
-    return min(1.0, max(0.0, (share - case.zero_at) / (case.full_at - case.zero_at)))
-
-
-FULL_CREDIT_MARGIN = 1.25
-"""How far past ``full_at`` the slowest learner round's share must be to stop after two rounds."""
-
-
-def sure_of_full_credit(baseline_s: float, slowest_s: float, case: PerfCase) -> bool:
-    """True when even the slowest learner round (``slowest_s`` per call) earns full credit against the
-    fastest baseline with :data:`FULL_CREDIT_MARGIN` to spare: more rounds could not change the verdict
-    unless the baseline itself ran that much faster, so grading stops early."""
-    return slowest_s > 0 and baseline_s > 0 and baseline_s / slowest_s >= FULL_CREDIT_MARGIN * case.full_at
-
-
-def spread(times: list[float]) -> float:
-    """(max - min) / min of a list of round times: how far rounds of the same work fell apart."""
-    return (max(times) - min(times)) / min(times) if times and min(times) > 0 else 0.0
-
-
-# ----------------------------------------------------------------------------------------------
-# workers: the learner's process, and a clean one for the baseline
-
-
-ROUND_LIMIT_S = 300.0
-"""Longest a worker may take to answer one round (its compilation and autotuning on first calls included)."""
-
-SHARED_BYTES = learnerbox.SHARED_BYTES
-"""Size of the shared region a worker writes a round's outputs into (sparse: pages exist once written)."""
-
-RAN_SHARE = 0.5
-"""Least share of a clean worker's round (from reading the request to its "done", by its own clock) that its threads must
-have been runnable (running, or waiting for a core: :func:`mlsys.course.perfworker.runnable_s`). A round below
-it was not run by the worker for most of its time (stopped, frozen): it is measured again. Waiting for a core
-counts, so a busy machine never fails this check; on a GPU a synchronize spins or yields (CUDA's default
-schedule for a few contexts), which counts as runnable too. With the fake timer it is recorded, not applied.
-The worker measures it itself (the verdict's own clock would count the pipe's and its own wake-ups):
-a clean worker's word is the grader's."""
-
-STOPPED_S = 5e-3
-"""...and the least time a round must have lost (not runnable) to count as not run: an honest cold round of a few
-milliseconds can sleep on a page fault for a good share of itself (0.41 of a 6 ms round measured here, loaded),
-while a stop long enough to matter (round 4: 8 ms in every 10) loses more than this in every round it hits."""
-
-
-def did_not_run(share: float | None, wall_s: float) -> bool:
-    """Whether a clean worker's round was not run by it (see :data:`RAN_SHARE` and :data:`STOPPED_S`)."""
-    return share is not None and share < RAN_SHARE and (1.0 - share) * wall_s > STOPPED_S
-
-
-class _RemoteBox:
-    """A learner sandbox started by the grader's host (:mod:`mlsys.course.learnerbox`): paused by its cgroup."""
-
-    def __init__(self, client: Any, box: int) -> None:
-        self.client, self.box, self.stopped, self.dead = client, box, False, False
-
-    def pause(self, stop: bool) -> None:
-        if not self.dead and stop != self.stopped:
-            self.client.pause(self.box, stop)
-            self.stopped = stop
-
-    def kill(self) -> None:
-        if not self.dead:
-            self.dead = True
-            try:
-                self.client.kill(self.box)
-            except (OSError, ValueError, ConnectionError):
-                pass
-
-
-class _ProcWorker:
-    """A worker process (:mod:`mlsys.course.perfworker`) spoken to through :mod:`mlsys.course.perfwire`:
-    started here (a clean worker, or a learner worker where there is no sandbox), or, given ``ends``, the
-    pipes of a learner worker the grader's host started in a sandbox of its own (``box``)."""
-
-    def __init__(self, role: str, fake: bool, ends: tuple[int, int, int] | None = None, box: _RemoteBox | None = None) -> None:
-        import subprocess
-
-        self.role, self.box, self.proc, self.shm = role, box, None, None
-        if ends is not None:
-            self.w, self.r, region = ends
-            try:
-                import mmap
-
-                if os.fstat(region).st_size == SHARED_BYTES:
-                    self.shm = (region, mmap.mmap(region, SHARED_BYTES))
-            except (OSError, ValueError):
-                pass
-            if self.shm is None:
-                os.close(region)
-        else:
-            argv = [sys.executable, "-P", "-m", "mlsys.course.perfworker", role] + (["--fake"] if fake else [])
-            region = learnerbox.shared_region()
-            if region is not None:
-                import mmap
-
-                self.shm = (region, mmap.mmap(region, SHARED_BYTES))
-                argv.append(f"--shm={region}:{SHARED_BYTES}")
-            self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                         start_new_session=True, pass_fds=(region,) if region is not None else ())
-            self.w, self.r = self.proc.stdin.fileno(), self.proc.stdout.fileno()
-        try:  # larger pipes: outputs of tens of MiB cross in fewer, larger writes (Linux only; else as is)
-            import fcntl
-
-            for fd in (self.w, self.r):
-                fcntl.fcntl(fd, 1031, 1 << 20)  # F_SETPIPE_SZ, up to /proc/sys/fs/pipe-max-size (1 MiB by default)
-        except (ImportError, OSError):
-            pass
-
-    def send(self, msg: dict[str, Any], blobs: list[Any] = ()) -> None:
-        from . import perfwire
-
-        perfwire.send(self.w, msg, blobs)
-
-    def recv(self, deadline: float) -> tuple[dict[str, Any], list[bytes]]:
-        from . import perfwire
-
-        return perfwire.recv(self.r, deadline)
-
-    def pause(self, stop: bool) -> None:
-        """Pause or resume the worker with everything it started, so the learner's processes sleep while
-        the baseline is timed: its sandbox's cgroup frozen (a learner box), else SIGSTOP / SIGCONT of its session."""
-        import signal
-
-        if self.box is not None:
-            self.box.pause(stop)
-            return
-        try:
-            os.killpg(self.proc.pid, signal.SIGSTOP if stop else signal.SIGCONT)
-        except OSError:
-            pass
-
-    def kill(self) -> None:
-        """SIGKILL the worker's session without waiting (a CUDA context takes a moment to tear down: the
-        verdict kills every worker first, then waits for them all in :meth:`close`)."""
-        import signal
-
-        if self.box is not None:
-            self.box.kill()
-            return
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except OSError:
-            pass
-
-    def close(self) -> None:
-        self.kill()
-        if self.proc is not None:
-            self.proc.wait()
-        else:
-            for fd in (self.w, self.r):
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
-        if self.shm is not None:
-            try:
-                self.shm[1].close()
-                os.close(self.shm[0])
-            except (BufferError, OSError):
-                pass
-            self.shm = None
-
-
-class _RankGroup:
-    """``world`` workers of one role, one per rank of a process group, spoken to as one worker.
-
-    A round's seeds are dealt out by call: call ``i`` of rank ``r`` gets ``seeds[i * world + r]``; the
-    ranks' answers are merged back in that order (fingerprints, outputs, inputs), their op records kept
-    rank by rank (``rank_ops``), their kernel traces summed. Each rank is its own process, started with
-    :class:`_ProcWorker`; only this, the verdict process, sees all of them."""
-
-    def __init__(self, role: str, fake: bool, world: int, ranks: list[_ProcWorker] | None = None) -> None:
-        from ..runtime.launch import free_port
-
-        self.world, self.calls = world, 0
-        self.port = free_port()
-        self.ranks = ranks or [_ProcWorker(role, fake) for _ in range(world)]
-
-    def send(self, msg: dict[str, Any]) -> None:
-        if msg.get("op") == "setup":
-            for r, w in enumerate(self.ranks):
-                w.send(dict(msg, dist={"rank": r, "world": self.world, "port": self.port,
-                                       "timeout": float(msg.get("cell_timeout") or 120)}))
-        elif msg.get("op") == "round":
-            seeds = list(msg["seeds"])
-            self.calls = len(seeds) // self.world
-            for r, w in enumerate(self.ranks):
-                w.send(dict(msg, seeds=seeds[r::self.world]))
-        else:
-            for w in self.ranks:
-                w.send(msg)
-
-    def _interleave(self, lists: list[list[Any]]) -> list[Any]:
-        """Rank-major lists of per-call items -> call-major (call i of rank 0, of rank 1, ...)."""
-        if not self.calls or any(len(x) % self.calls for x in lists):
-            return [x for part in lists for x in part]  # malformed: left in rank order, the checks refuse it
-        per = [len(x) // self.calls for x in lists]
-        return [x for i in range(self.calls) for part, n in zip(lists, per, strict=True) for x in part[i * n:(i + 1) * n]]
-
-    def recv(self, deadline: float) -> tuple[dict[str, Any], list[bytes]]:
-        parts = [w.recv(deadline) for w in self.ranks]
-        heads = [h for h, _ in parts]
-        first = heads[0]
-        if "tensors" in first:
-            descs = [list(h.get("tensors") or []) for h in heads]
-            blobs = [list(b) for _, b in parts]
-            return {"tensors": self._interleave(descs)}, self._interleave(blobs)
-        if "done" in first:
-            return {"done": all(h.get("done") for h in heads),
-                    "error": next((f"rank {r}: {h['error']}" for r, h in enumerate(heads) if h.get("error")), ""),
-                    "fingerprints": self._interleave([list(h.get("fingerprints") or []) for h in heads]),
-                    "ops": sorted({str(o) for h in heads for o in (h.get("ops") or [])}),
-                    "rank_ops": [list(h.get("ops") or []) for h in heads],
-                    **({"ran_share": min(float(h["ran_share"]) for h in heads)}
-                       if all(isinstance(h.get("ran_share"), (int, float)) for h in heads) else {}),
-                    **({"harness_gpu_s": max(float(h["harness_gpu_s"]) for h in heads)}
-                       if all(isinstance(h.get("harness_gpu_s"), (int, float)) for h in heads) else {})}, []
-        if "kernels" in first:
-            if any(not isinstance(h.get("kernels"), dict) for h in heads):
-                return {"kernels": None, "error": next((str(h.get("error")) for h in heads if h.get("error")), "")}, []
-            total: dict[str, list[float]] = {}
-            for h in heads:
-                for name, (n, us) in h["kernels"].items():
-                    c = total.setdefault(name, [0, 0.0])
-                    c[0] += n
-                    c[1] += us
-            return {"kernels": total}, []
-        if "armed" in first:
-            return {"armed": all(h.get("armed") for h in heads),
-                    "error": next((str(h["error"]) for h in heads if h.get("error")), "")}, []
-        return {"device": first.get("device"), "cells_s": max(float(h.get("cells_s") or 0) for h in heads),
-                "notes": [f"rank {r}: {n}" for r, h in enumerate(heads) for n in (h.get("notes") or [])]}, []
-
-    def pause(self, stop: bool) -> None:
-        for w in self.ranks:
-            w.pause(stop)
-
-    def kill(self) -> None:
-        for w in self.ranks:
-            w.kill()
-
-    def close(self) -> None:
-        for w in self.ranks:
-            w.close()
-
-
-def _workers(role: str, fake: bool, world: int, host: Any = None) -> Any:
-    """One worker of ``role``, or a group of ``world`` ranks of it. With ``host`` (a
-    :class:`mlsys.course.learnerbox.LearnerClient`), learner workers run in a sandbox of their own that the
-    grader's host starts, as another user; clean workers always start here."""
-    if host is not None and role == "learner":
-        box_id, ends = host.start(world, fake)
-        box = _RemoteBox(host, box_id)
-        ranks = [_ProcWorker(role, fake, e, box) for e in ends]
-        return ranks[0] if world == 1 else _RankGroup(role, fake, world, ranks)
-    return _ProcWorker(role, fake) if world == 1 else _RankGroup(role, fake, world)
-
-
-class _LocalWorker:
-    """The same protocol in this process: only for the learner's preview in the notebook."""
-
-    def __init__(self, namespace: dict[str, Any], device: str) -> None:
-        self.namespace, self.device, self.pending = namespace, device, []
-
-    def send(self, msg: dict[str, Any]) -> None:
-        import torch
-
-        from . import perfwire
-        from .perfworker import _recorder, build_function, run_calls
-
-        if msg.get("op") == "arm":
-            self.pending.append(({"armed": False}, []))
-            return
-        head: dict[str, Any] = {"done": True, "fingerprints": [], "error": "", "ops": []}
-        outs: list[Any] = []
-        inputs: list[tuple] = []
-        try:
-            fn = build_function(torch, msg["fn"], self.namespace, self.device)
-            seen: set[str] = set()
-            outs, head["fingerprints"], inputs = run_calls(torch, fn, msg["shapes"], getattr(torch, msg["dtype"]),
-                                                           msg["seeds"], self.device, dict(msg.get("kwargs") or {}),
-                                                           _recorder(torch, seen) if msg.get("record_ops") else None,
-                                                           None, bool(msg.get("same_storage")))
-            head["ops"] = sorted(seen)
-        except Exception as exc:
-            head["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
-        self.pending.append((head, []))
-
-        def wire(tensors: list[Any]) -> Any:  # copied when received: after the round's "done", as a worker does
-            def later() -> tuple[dict[str, Any], list[bytes]]:
-                pairs = [perfwire.tensor_bytes(t) for t in tensors]
-                return {"tensors": [p[0] for p in pairs]}, [bytes(p[1]) for p in pairs]
-            return later
-        if msg.get("send_outputs") and not head["error"]:
-            self.pending.append(wire(outs))
-        if msg.get("send_inputs") and not head["error"]:
-            self.pending.append(wire([t for args in inputs for t in args]))
-
-    def recv(self, deadline: float) -> tuple[dict[str, Any], list[bytes]]:
-        """The next answer; a round's outputs and inputs are copied to the host only now, outside the round's
-        time (the verdict's clock stops at "done"; timing the copies made Lab 2's preview 0.0036 on an H200)."""
-        item = self.pending.pop(0)
-        return item() if callable(item) else item
-
-    def pause(self, stop: bool) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
-class _Refused(Exception):
-    """A verdict of no credit, with the sentence that says why."""
-
-
-@dataclass
-class _Window:
-    seconds: float
-    fingerprints: list[tuple[float, float]]
-    ops: list[str]
-    outputs: list[Any] | None
-    kernels: dict[str, list[float]] | None
-    trace_error: str = ""
-    inputs: list[Any] | None = None
-    harness_s: float | None = None
-    wall_s: float = 0.0
-    rank_ops: list[list[str]] = field(default_factory=list)
-    ran_share: float | None = None  # least share of the round a clean worker's process was runnable (RAN_SHARE)
-
-
-class _Verdict:
-    """The verdict process's state: its own torch, device, clock and seeds; no learner code, ever."""
-
-    def __init__(self, fake: bool, deadline: float) -> None:
-        import secrets
-        import time
-
-        import torch
-
-        self.torch, self.fake, self.deadline = torch, fake, deadline
-        self.clock = time.perf_counter
-        self.cuda = torch.cuda.is_available() and not fake
-        self.device = "cuda" if self.cuda else "cpu"
-        self.trace = self.cuda  # a kernel trace of every timed round (the preview in a notebook takes none)
-        self.rand = secrets.SystemRandom()
-
-    def seeds(self, n: int) -> list[int]:
-        """Fresh seeds from the operating system: no worker can predict the next call's values."""
-        return [self.rand.randrange(1, 2**62) for _ in range(n)]
-
-    def window(self, worker: Any, fn: dict[str, Any], case: PerfCase, shapes: list[list[int]], seeds: list[int],
-               *, record_ops: bool = False, send_outputs: bool = False, send_inputs: bool = False,
-               trace: bool = False, harness_time: bool = False, same_storage: bool = False) -> _Window:
-        """One round of ``len(seeds)`` calls, timed by this process's clock from the request to the
-        worker's "done" (which it sends after the device is idle and every fingerprint is taken).
-        A round answers within :data:`ROUND_LIMIT_S` (a ring whose ranks wait for each other for ever, a
-        hung call) or the worker is taken as stopped: no credit for the case, the next case gets a new one."""
-        import time
-
-        dl = min(self.deadline, time.monotonic() + ROUND_LIMIT_S)
-        armed, trace_error = False, ""
-        if trace:
-            worker.send({"op": "arm"})
-            head, _ = worker.recv(dl)
-            armed, trace_error = bool(head.get("armed")), str(head.get("error", ""))
-        msg = {"op": "round", "fn": fn, "shapes": shapes, "dtype": case.dtype, "seeds": seeds,
-               "kwargs": case.kwargs if "name" in fn else {},  # the learner's function's keywords, not the baseline's
-               "record_ops": record_ops, "send_outputs": send_outputs, "send_inputs": send_inputs,
-               "harness_time": harness_time, "shm": getattr(worker, "shm", None) is not None,
-               "same_storage": same_storage}
-        t0 = self.clock()
-        worker.send(msg)
-        head, _ = worker.recv(dl)
-        t1 = self.clock()
-        if not head.get("done"):
-            raise _Refused(f"the worker answered out of turn ({str(head)[:100]})")
-        if head.get("error"):
-            raise _Refused(f"{case.function} failed in a checked call: {head['error']}")
-        outputs = self.outputs(worker, len(seeds), dl) if send_outputs else None
-        inputs = None
-        if send_inputs:
-            from .perfwire import tensor_from_bytes
-
-            desc, blobs = worker.recv(dl)
-            inputs = [tensor_from_bytes(d, b) for d, b in zip(desc.get("tensors") or [], blobs, strict=True)]
-        kernels = None
-        if armed:
-            k, _ = worker.recv(dl)
-            kernels = k.get("kernels")
-            trace_error = trace_error or str(k.get("error", ""))
-        fps = head.get("fingerprints")
-        if not isinstance(fps, list) or len(fps) != len(seeds) or not all(
-                isinstance(x, list) and len(x) == 2 and all(type(y) in (int, float) for y in x) for x in fps):
-            raise _Refused("the worker sent no fingerprint (sum, norm) for every call")
-        seconds = len(seeds) // max(case.world, 1) * FAKE_SECONDS if self.fake else t1 - t0
-        win = _Window(seconds, [(float(x[0]), float(x[1])) for x in fps], list(head.get("ops") or []), outputs,
-                      kernels, trace_error, inputs)
-        win.wall_s = t1 - t0
-        share = head.get("ran_share")  # the least over ranks (a rank group sends the least)
-        win.ran_share = float(share) if isinstance(share, (int, float)) and math.isfinite(share) else None
-        rank_ops = head.get("rank_ops")
-        win.rank_ops = ([[str(o) for o in ops] for ops in rank_ops if isinstance(ops, list)]
-                        if isinstance(rank_ops, list) else [win.ops])
-        h = head.get("harness_gpu_s")
-        win.harness_s = float(h) if isinstance(h, (int, float)) and math.isfinite(h) and h >= 0 else None
-        return win
-
-    def outputs(self, worker: Any, n: int, dl: float) -> list[Any]:
-        """A round's ``n`` outputs, from the shared region (the verdict's own copy) or from the pipe's raw bytes."""
-        from .perfwire import tensor_from_bytes, tensor_from_shared
-
-        desc, blobs = worker.recv(dl)
-        shared = desc.get("shared_tensors")
-        tensors = (shared if isinstance(shared, list) and getattr(worker, "shm", None) is not None
-                   else desc.get("tensors")) or []
-        if len(tensors) != n:
-            raise _Refused(f"expected {n} outputs from the worker, got {len(tensors)}")
-        if tensors is shared:
-            return [tensor_from_shared(d, worker.shm[1], self.device) for d in tensors]
-        return [tensor_from_bytes(d, b) for d, b in zip(tensors, blobs, strict=True)]
-
-    def check_inputs(self, case: PerfCase, shapes: list[list[int]], seeds: list[int], win: _Window) -> None:
-        """The inputs as the worker held them after the calls, against the ones rebuilt from the seeds."""
-        from .perfworker import make_inputs
-
-        dtype = getattr(self.torch, case.dtype)
-        want = [t for s in seeds for t in make_inputs(self.torch, shapes, dtype, s, self.device)]
-        got = win.inputs or []
-        if len(got) != len(want) or not all(g.dtype == w.dtype and g.shape == w.shape
-                                            and bool(self.torch.equal(g.to(self.device), w)) for g, w in zip(got, want, strict=False)):
-            raise _Refused(f"{case.function} changed its input tensors")
-
-    def check_outputs(self, case: PerfCase, ref_fn: Any, shapes: list[list[int]], seeds: list[int],
-                      win: _Window, what: str) -> None:
-        """Every output against this process's own reference on inputs rebuilt from the seeds, and every
-        fingerprint against the output's bytes: a result computed after "done" does not match its
-        fingerprint, a cached, stale, copied or lower-precision one does not match its reference."""
-        from .perfworker import make_inputs
-
-        torch = self.torch
-        dtype = getattr(torch, case.dtype)
-        assert win.outputs is not None
-        ref = None
-        for i, (seed, out, fp) in enumerate(zip(seeds, win.outputs, win.fingerprints, strict=True)):
-            label = f"call {i + 1}" if case.world == 1 else f"call {i // case.world + 1} of rank {i % case.world}"
-            if case.world == 1:
-                ref = ref_fn(*make_inputs(torch, shapes, dtype, seed, self.device))
-            elif i % case.world == 0:  # call i // world of every rank: the reference of the ranks' inputs together
-                ref = ref_fn(*ranks_inputs(torch, shapes, dtype, seeds[i:i + case.world], self.device))
-            if tuple(out.shape) != tuple(ref.shape) or out.dtype != ref.dtype:
-                raise _Refused(f"{what}, {label}: expected a {str(ref.dtype)[6:]} tensor of shape "
-                               f"{tuple(ref.shape)}, got {str(out.dtype)[6:]} {tuple(out.shape)}")
-            got = out.to(self.device)
-            a, e = got.double(), ref.double()
-            ok = torch.isfinite(a) & ((a - e).abs() <= case.atol + case.rtol * e.abs())
-            if not bool(ok.all()):
-                bad = int((~ok).sum())
-                idx = int((~ok).flatten().nonzero()[0])
-                raise _Refused(f"{what}, {label}: {bad} of {ok.numel()} elements differ from the reference "
-                               f"(first at flat index {idx}: {float(a.flatten()[idx])!r} vs "
-                               f"{float(e.flatten()[idx])!r}, rtol={case.rtol:g}, atol={case.atol:g})")
-            total = float(torch.sum(got, dtype=torch.float64))
-            norm = float(torch.linalg.vector_norm(got, 2, dtype=torch.float64))
-            scale = float(torch.sum(got.abs(), dtype=torch.float64)) if got.is_floating_point() else abs(total)
-            if not (all(map(math.isfinite, fp)) and abs(fp[0] - total) <= 1e-6 * scale + 1e-6
-                    and abs(fp[1] - norm) <= 1e-6 * norm + 1e-6):
-                raise _Refused(f"{what}, {label}: the output sent differs from the one the worker "
-                               f"fingerprinted when it said the call was done (sum, norm {fp!r} vs {(total, norm)!r})")
-
-
-def ranks_inputs(torch: Any, shapes: list[list[int]], dtype: Any, seeds: list[int], device: str) -> tuple:
-    """The inputs of one call in every rank (``seeds[r]`` is rank r's), each argument stacked over the ranks
-    along a new first dimension: a collective's reference is an expression of these (e.g. ``x.sum(0)``)."""
-    from .perfworker import make_inputs
-
-    per_rank = [make_inputs(torch, shapes, dtype, s, device) for s in seeds]
-    return tuple(torch.stack([args[a] for args in per_rank]) for a in range(len(shapes)))
-
-
-def _shapes(case: PerfCase, small: bool) -> tuple[list[list[int]], list[list[int]]]:
-    timing = case.quick_args if small else case.args
-    fresh = case.quick_args if small else case.fresh_args
-    return [list(s) for s in timing.values()], [list(s) for s in fresh.values()]
-
-
-def _work(case: PerfCase, shapes: list[list[int]], itemsize: int) -> tuple[float, float] | None:
-    """(FLOPs, compulsory bytes) of one call from the spec's ``flops`` and ``bytes`` expressions."""
-    if not case.flops and not case.bytes:
-        return None
-    env = {n: s for n, s in zip(case.args, shapes, strict=True)} | {"itemsize": itemsize, "math": math}
-    return (float(eval(case.flops or "0", {"__builtins__": {}}, env)),  # the teacher's spec
-            float(eval(case.bytes or "0", {"__builtins__": {}}, env)))
-
-
-def _measured_roof(torch: Any, dtype: str) -> Any:
-    """The grading GPU's measured roof for ``dtype`` (mlsys.bench records), or None when none is recorded."""
-    try:
-        from mlsys.bench import records
-
-        short = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "float64": "fp64"}.get(dtype, dtype)
-        slug = records.find(records.device_slug(torch.cuda.get_device_name()))
-        if slug is None:
-            return None
-        rec = records.load(slug)
-        use = short if rec.has(f"matmul_{short}") else (rec.matmul_dtypes() or [None])[0]
-        return rec.roof(use) if use else None
-    except Exception:
-        return None
-
-
-def _link_bandwidth(torch: Any) -> tuple[str, float] | None:
-    """(label, byte/s) of this GPU's interconnect per direction from the datasheet (``mlsys.hardware``),
-    or None where the GPU or its link is not on file. "NVIDIA H100 80GB HBM3" is looked up as
-    "H100 80GB HBM3", then "H100 80GB", then "H100"."""
-    try:
-        from mlsys import hardware
-
-        words = torch.cuda.get_device_name().replace("NVIDIA", "").split()
-        for n in range(len(words), 0, -1):
-            try:
-                acc = hardware.get(" ".join(words[:n]))
-            except KeyError:
-                continue
-            bw = acc.interconnect_bandwidth
-            return None if bw is None else (f"{acc.name} datasheet link {bw.to('GB/s'):~P} per direction",
-                                            float(bw.to("byte/s").magnitude))
-    except Exception:
-        return None
-    return None
-
-
-@dataclass
-class _Prepared:
-    case: PerfCase
-    shapes: list[list[int]]
-    fresh_shapes: list[list[int]]
-    ref_fn: Any
-    base_fn: dict[str, Any]
-    empty_fn: dict[str, Any]
-    base: list[float] = field(default_factory=list)
-    over: list[float] = field(default_factory=list)
-    harness: set[str] = field(default_factory=set)
-    base_traced: list[float | None] = field(default_factory=list)  # per baseline round: traced s per call
-    harness_us: float = 0.0  # the grader's own kernels in the clean overhead round (us, fewest seen)
-    itemsize: int = 4
-    trace_ok: bool = False
-    ran: list[float] = field(default_factory=list)  # per baseline round: share of it the clean worker was runnable
-
-
-def _prepare(v: _Verdict, base_worker: Any, case: PerfCase) -> _Prepared:
-    """The reference, and the baseline measured in a worker that never saw an answer cell, while the
-    learner's processes are stopped (:func:`run_job`): no learner code can slow these rounds down, and the
-    baseline used is the fastest of them all (a slower one measured later, under interference, cannot raise it)."""
-    from .perfworker import make_inputs
-
-    torch = v.torch
-    dtype = getattr(torch, case.dtype, None)
-    if not isinstance(dtype, torch.dtype):
-        raise ValueError(f"perf spec [{case.grade_id}]: unknown dtype {case.dtype!r}")
-    shapes, fresh_shapes = _shapes(case, small=not v.cuda)
-    names = list(case.args)
-    ref_fn = eval(f"lambda {', '.join(names)}: {case.reference}", {"torch": torch})  # the teacher's spec
-    ref = ref_fn(*(make_inputs(torch, shapes, dtype, 1, v.device) if case.world == 1 else
-                   ranks_inputs(torch, shapes, dtype, list(range(1, case.world + 1)), v.device)))
-    base_fn = {"copy": True} if case.baseline == "copy" else {"expr": case.baseline_expr or case.reference, "args": names}
-    empty_fn = {"empty": list(ref.shape), "dtype": str(ref.dtype).removeprefix("torch.")}
-    prep = _Prepared(case, shapes, fresh_shapes, ref_fn, base_fn, empty_fn,
-                     itemsize=torch.empty(0, dtype=dtype).element_size())
-    for fn in (base_fn, empty_fn):  # warm-up: first calls pay for compilation and allocation
-        v.window(base_worker, fn, case, shapes, v.seeds(2 * case.world))
-    _baseline_round(v, base_worker, prep, trace=v.trace)  # traced once: the grader's own kernels, by name
-    return prep
-
-
-def _baseline_round(v: _Verdict, base_worker: Any, prep: _Prepared, trace: bool = False) -> None:
-    """An overhead round and a baseline round in the clean worker. The overhead is the GPU time of the
-    grader's own work in a round (input generation, fingerprints), timed with CUDA events by the
-    clean worker: it is what that work adds to a round whose GPU is busy, so it is subtracted from the
-    learner's rounds and the baseline's alike (the wall time of an empty round would be launch-bound
-    and subtract too much). On a CPU it is the round's wall time."""
-    case, k = prep.case, prep.case.repeats
-    n, rec = k * case.world, case.world > 1  # collectives: every call of every round recorded, on both sides
-    over = v.window(base_worker, prep.empty_fn, case, prep.shapes, v.seeds(n), trace=trace, harness_time=v.cuda)
-    prep.over.append(over.harness_s if v.cuda and over.harness_s is not None else over.seconds)
-    if over.kernels is not None:
-        prep.harness |= set(over.kernels)
-        prep.trace_ok = True  # the clean worker can trace here: a learner's worker that cannot is refused
-        us = sum(c[1] for c in over.kernels.values())  # all of it is the grader's own work
-        prep.harness_us = us if prep.harness_us <= 0 else min(prep.harness_us, us)
-    # traced as the learner's rounds are, so the trace's own cost falls on both sides of the share
-    base = _clean_window(v, base_worker, prep, n, trace, rec)
-    prep.base.append(base.seconds)
-    prep.base_traced.append(None if base.kernels is None else traced_per_call(base.kernels, prep.harness, k))
-
-
-def _clean_window(v: _Verdict, base_worker: Any, prep: _Prepared, n: int, trace: bool, rec: bool, tries: int = 3) -> _Window:
-    """A baseline round the clean worker ran: one whose process was runnable for less than :data:`RAN_SHARE` of
-    the round (stopped or frozen from outside) is measured again, and after ``tries`` such rounds the case
-    is refused (the grader's own measurement cannot be trusted). With the fake timer (CI) the share is recorded
-    only: no time is measured there."""
-    for _ in range(tries):
-        base = v.window(base_worker, prep.base_fn, prep.case, prep.shapes, v.seeds(n), trace=trace, record_ops=rec)
-        if base.ran_share is not None:
-            prep.ran.append(round(base.ran_share, 3))
-        # On a GPU a worker waiting on the device need not be runnable (a blocking wait, a step that syncs per
-        # head): measured on an H200 (2026-12-02), Lab 6's honest baseline was runnable 35-47% of its rounds. There the
-        # share is recorded, not applied; the learner cannot stop the clean worker anyway (another uid and
-        # sandbox, its own cgroup frozen), which is the boundary this check only backs up on a CPU.
-        if v.fake or v.cuda or not did_not_run(base.ran_share, base.wall_s):
-            return base
-    raise _Refused(f"the grader's baseline worker did not run during {tries} of its rounds (runnable for "
-                   f"{min(prep.ran[-tries:]):.0%} of a round at most): something stopped it, so no share can be measured")
-
-
-def _ops_refusal(v: _Verdict, case: PerfCase, w: _Window, where: str) -> None:
-    """Refuse a window of the learner's calls whose recorded ops run a forbidden library routine or (on a CPU)
-    neither an aten computation nor a Triton kernel. Applied to every window the learner's worker runs, not
-    only the first (round 4: later calls on reused tensors reached a library unseen)."""
-    aten = {op for op in w.ops if not op.startswith("triton:")}
-    launched = {op for op in w.ops if op.startswith("triton:")}
-    if not v.cuda and not launched and not forbidden_ops("compute", aten):
-        raise _Refused(f"neither an aten computation nor a Triton kernel ran in {where} of {case.function} "
-                       f"(aten: {', '.join(sorted(aten)) or 'nothing'}): the work was done outside torch and Triton "
-                       "(a library reached without aten, such as NumPy or CuPy), or the recording was switched off")
-    bad = forbidden_ops(case.forbid, aten)
-    if bad:
-        raise _Refused(f"{case.function} runs library routines this exercise asks you to write yourself "
-                       f"({', '.join(bad)}, in {where})")
-
-
-def _collective_refusal(case: PerfCase, w: _Window, where: str) -> None:
-    """For a case run on several ranks: every rank's record of dispatched ops, in every recorded call.
-    A library collective (``c10d::allreduce_``, ...) in any rank refuses; so does a rank whose record
-    holds no send or receive at all (the exchange happened outside torch.distributed, or the recording
-    was switched off)."""
-    if case.world == 1:
-        return
-    if len(w.rank_ops) != case.world:
-        raise _Refused(f"expected a record of the ops of each of the {case.world} ranks in {where}, got {len(w.rank_ops)}")
-    for r, ops in enumerate(w.rank_ops):
-        bad = forbidden_ops(case.forbid, ops)
-        if bad:
-            raise _Refused(f"{case.function} runs library collectives this exercise asks you to write yourself, "
-                           f"in rank {r} during {where} ({', '.join(bad)})")
-        if case.forbid == "collectives" and not exchanged_point_to_point(ops):
-            raise _Refused(f"rank {r} sent and received nothing through torch.distributed during {where} "
-                           f"(recorded: {', '.join(sorted(ops)[:8]) or 'nothing'}): the data moved some other way, "
-                           "or the recording was switched off")
-
-
-def _verdict(case: PerfCase, credit: float | None, reason: str, lines: list[str],
-             evidence: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The case's :class:`mlsys.course.verdict.Verdict`, in its wire form."""
-    from .verdict import Verdict
-
-    return Verdict(case.grade_id, case.points, credit, reason, tuple(lines), evidence or {}).to_dict()
-
-
-def _replayed(v: _Verdict, learner: Any, replayer: Any, prep: _Prepared, ev: dict[str, Any]) -> dict[str, Any]:
-    """Record one call of the learner's function in its worker, rebuild it in the replay worker, and return
-    the function the timed rounds run there (:mod:`mlsys.course.replay`). Refuses a call that cannot be
-    recorded or rebuilt, a recorded call whose result is wrong, and a plan that runs forbidden ops or (for
-    ``kernels = "triton"``) no Triton kernel."""
-    import time
-
-    from .perfwire import tensor_from_bytes
-    from .replay import plan_kernels, plan_ops
-
-    case = prep.case
-    t0 = time.monotonic()
-    seeds = v.seeds(1)
-    learner.send({"op": "record", "fn": {"name": case.function}, "shapes": prep.shapes, "dtype": case.dtype,
-                  "seed": seeds[0], "kwargs": case.kwargs})
-    head, blobs = learner.recv(min(v.deadline, time.monotonic() + ROUND_LIMIT_S))
-    learner.pause(True)  # until the case ends (grade_case resumes it): the replay and its rounds run without it
-    plan, tensors = head.get("plan"), head.get("tensors") or []
-    if head.get("error") or not isinstance(plan, dict) or not tensors or len(tensors) != len(blobs):
-        raise _Refused(f"{case.function} could not be recorded for replay: {head.get('error') or 'no plan'}")
-    out = tensor_from_bytes(tensors[0], blobs[0])
-    torch = v.torch
-    fp = (float(torch.sum(out, dtype=torch.float64)), float(torch.linalg.vector_norm(out, 2, dtype=torch.float64)))
-    v.check_outputs(case, prep.ref_fn, prep.shapes, seeds, _Window(0.0, [fp], [], [out], None),
-                    f"{case.function} (the call recorded for replay)")
-    ops, kernels = plan_ops(plan), plan_kernels(plan)
-    bad = forbidden_ops(case.forbid, ops)
-    if bad:
-        raise _Refused(f"{case.function} runs library routines this exercise asks you to write yourself "
-                       f"({', '.join(bad)})")
-    if case.kernels == "triton" and not kernels:
-        raise _Refused(f"{case.function} launched no Triton kernel (aten ops only: {', '.join(ops[:8]) or 'none'})")
-    t1 = time.monotonic()
-    replayer.send({"op": "load", "plan": plan, "tensors": tensors[1:], "shapes": prep.shapes, "dtype": case.dtype},
-                  blobs[1:])
-    head, _ = replayer.recv(min(v.deadline, time.monotonic() + ROUND_LIMIT_S))
-    if not head.get("loaded"):
-        raise _Refused(f"{case.function}'s GPU work could not be rebuilt outside your process: {head.get('error')}")
-    timed_fn = {"replay": head["loaded"]}
-    t2 = time.monotonic()
-    seeds = v.seeds(2)  # the replay checked before it is timed: a plan that does not reproduce the call says so here
-    w = v.window(replayer, timed_fn, case, prep.shapes, seeds, send_outputs=True)
-    try:
-        v.check_outputs(case, prep.ref_fn, prep.shapes, seeds, w, f"the replay of {case.function}'s recorded call")
-    except _Refused as exc:
-        raise _Refused(f"{exc}. The call was right when recorded, so its GPU work is not all in what it recorded "
-                       "(work done outside torch and Triton, launches that depend on the input values, or a "
-                       "result kept from an earlier call)") from None
-    # one untimed round as the timed ones will be: the replay worker's memory pool grows to a round's size
-    # and its first rounds stop paying for it (on an H100 the first case's rounds of a 45 us kernel ran
-    # 0.55-0.68 ms per call against 0.48-0.52 for the cases after it, tests/gpu_runs run 11)
-    v.window(replayer, timed_fn, case, prep.shapes, v.seeds(case.repeats))
-    ev["replay"] = {"kernels": kernels, "ops": ops, "steps": len(plan.get("steps") or []),
-                    "record_s": round(t1 - t0, 3), "load_s": round(t2 - t1, 3), "check_s": round(time.monotonic() - t2, 3)}
-    return timed_fn
 
 
 def grade_case(v: _Verdict, base_worker: Any, learner: Any, prep: _Prepared, triton_names: set[str],
@@ -1085,81 +181,16 @@ def grade_case(v: _Verdict, base_worker: Any, learner: Any, prep: _Prepared, tri
 
     t_case = time.monotonic()
     walls: list[list[float]] = []  # per round: baseline side, learner's round, its checks (wall seconds)
-    world = case.world
     try:
-        seeds = v.seeds(2 * world)
-        w = v.window(learner, fn, case, prep.shapes, seeds, record_ops=True, send_outputs=True, send_inputs=world == 1)
-        v.check_outputs(case, prep.ref_fn, prep.shapes, seeds, w, f"{case.function} (checked call)")
-        if world == 1:  # a collective works in place: its input is its output
-            v.check_inputs(case, prep.shapes, seeds, w)
-        _collective_refusal(case, w, "the checked calls")
-        _ops_refusal(v, case, w, "the checked call")
-        ev["ops"] = w.ops
-        seeds = v.seeds(2 * world)
-        w = v.window(learner, fn, case, prep.fresh_shapes, seeds, send_outputs=True, record_ops=True)
-        _collective_refusal(case, w, "the calls on fresh shapes")
-        v.check_outputs(case, prep.ref_fn, prep.fresh_shapes, seeds, w, f"{case.function} on fresh shapes")
-        _ops_refusal(v, case, w, "the calls on fresh shapes")
-        if world == 1:  # new values in the storage of the call before: a result kept by address is stale
-            seeds = v.seeds(3)
-            w = v.window(learner, fn, case, prep.shapes, seeds, send_outputs=True, same_storage=True, record_ops=True)
-            v.check_outputs(case, prep.ref_fn, prep.shapes, seeds, w,
-                            f"{case.function} (new values in the same input tensors)")
-            _ops_refusal(v, case, w, "the calls on reused input tensors")
+        _checked_calls(v, learner, fn, prep, ev)
         ev["checked_calls_wall_s"] = round(time.monotonic() - t_case, 3)
         timed, timed_fn = learner, fn
-        if replayer is not None and world == 1:
+        if replayer is not None and case.world == 1:
             timed, timed_fn = replayer, _replayed(v, learner, replayer, prep, ev)
             # from here the learner's processes are not needed until the next case: stopped, so nothing they
             # leave running (torch.compile's worker pool starting up, a thread) takes the CPU from the replay
-        mine: list[float] = []
-        traced: list[float] = []  # per round: device seconds per call the trace saw
-        kernels_seen: dict[str, list[float]] = {}
-        rounds = case.rounds
-        r = 0
-        while r < rounds:
-            t0 = time.monotonic()
-            learner.pause(True)
-            try:
-                _baseline_round(v, base_worker, prep, trace=v.trace and prep.trace_ok)
-            finally:
-                learner.pause(timed is not learner)  # replayed rounds: the learner's processes sleep through them
-            t1 = time.monotonic()
-            seeds = v.seeds(k * world)
-            on_cpu = timed is learner and not v.cuda  # every call recorded: no kernel trace judges them here
-            w = v.window(timed, timed_fn, case, prep.shapes, seeds, send_outputs=True, trace=v.trace,
-                         record_ops=world > 1 or on_cpu)
-            _collective_refusal(case, w, f"timed round {r + 1}")
-            if on_cpu:
-                _ops_refusal(v, case, w, f"timed round {r + 1}")
-            t2 = time.monotonic()
-            v.check_outputs(case, prep.ref_fn, prep.shapes, seeds, w, f"{case.function} (timed round {r + 1})")
-            walls.append([round(t1 - t0, 3), round(t2 - t1, 3), round(time.monotonic() - t2, 3)])
-            mine.append(w.seconds)
-            over = 0.0 if v.fake else min(prep.over)
-            ev["trace"] = "taken" if v.trace and prep.trace_ok else "unavailable on this machine"
-            if v.trace and prep.trace_ok:
-                if w.kernels is None:
-                    raise _Refused(f"no kernel trace of the timed calls ({w.trace_error or 'the worker sent none'})")
-                for name, (n, us) in w.kernels.items():
-                    c = kernels_seen.setdefault(name, [0, 0.0])
-                    c[0] += n
-                    c[1] += us
-                why = kernel_refusal(case.forbid, w.kernels, prep.harness, triton_names, case.kernels == "triton",
-                                     k, 0.0)  # what ran, round by round; how much of the time it covers: below
-                why = why or harness_refusal(w.kernels, prep.harness, prep.harness_us)
-                if why:
-                    raise _Refused(why)
-                traced.append(traced_per_call(w.kernels, prep.harness, k))
-            r += 1
-            b_s = (min(prep.base) - over) / k
-            if r == rounds and remeasure and rounds == case.rounds:
-                m_s = (min(mine) - over) / k
-                if m_s > 0 and credit_of(b_s / m_s, case) < 1.0:
-                    rounds += case.rounds  # a verdict below full credit is measured again before it stands
-            elif r >= 2 and rounds == case.rounds and not v.fake and sure_of_full_credit(b_s, (max(mine) - over) / k, case):
-                ev["stopped_early"] = f"after {r} rounds: full credit even at the slowest round, with room to spare"
-                break  # fewer rounds when every round, the slowest too, earns full credit with a margin
+        mine, traced, kernels_seen, rounds = _timed_rounds(v, base_worker, learner, timed, timed_fn, prep,
+                                                           triton_names, remeasure, ev, walls)
         over = 0.0 if v.fake else min(prep.over)
         base_s = (min(prep.base) - over) / k
         mine_s = (min(mine) - over) / k
@@ -1167,53 +198,175 @@ def grade_case(v: _Verdict, base_worker: Any, learner: Any, prep: _Prepared, tri
         ev.update(rounds_wall_s=walls, case_wall_s=round(time.monotonic() - t_case, 3), learner_rounds_s=mine, baseline_rounds_s=prep.base, overhead_rounds_s=prep.over,
                   learner_spread=spread(mine), baseline_spread=spread(prep.base), remeasured=rounds > case.rounds,
                   kernels={n[:200]: c for n, c in sorted(kernels_seen.items(), key=lambda x: -x[1][1])[:8]})
-        if traced:
-            noise = 0.0 if v.fake else (max(prep.over) - min(prep.over)) / k
-            untraced = [(b - over) / k - t for b, t in zip(prep.base, prep.base_traced, strict=True) if t is not None]
-            ev["baseline_untraced_s"] = min(untraced) if untraced else None
-            why = coverage_refusal(statistics.median(traced), mine_s, noise, min(untraced) if untraced else 0.0)
-            if why:
-                raise _Refused(why)
+        _coverage_check(v, prep, traced, mine_s, ev)
         if not (mine_s > 0 and math.isfinite(mine_s)):
             raise _Refused(f"the measured time per call ({mine_s!r} s after the grader's own overhead) is not positive")
-        floor_line = ""
-        work = _work(case, prep.shapes, prep.itemsize)
-        if v.cuda and work is not None and case.world > 1:  # a collective: its bytes over the GPU's link
-            link = _link_bandwidth(v.torch)
-            if link is None:
-                floor_line = "; no datasheet link bandwidth for this GPU (no link floor)"
-            else:
-                floor = work[1] / link[1]
-                ev["link_floor_s"] = floor
-                floor_line = f"; link floor {floor * 1e3:.4g} ms ({link[0]})"
-                if mine_s < 0.9 * floor:
-                    raise _Refused(f"{case.function} took {mine_s * 1e3:.4g} ms per call, below the {floor * 1e3:.4g} ms "
-                                   f"its {work[1]:.3g} bytes per rank take at {link[0]}: no real exchange runs that fast")
-        elif v.cuda and work is not None:
-            roof = _measured_roof(v.torch, case.dtype)
-            if roof is not None:
-                floor = roofline_floor(work[0], work[1], roof)
-                ev["roofline_floor_s"] = floor
-                floor_line = f"; roofline floor {floor * 1e3:.4g} ms ({roof.label})"
-                if mine_s < 0.9 * floor:
-                    raise _Refused(f"{case.function} took {mine_s * 1e3:.4g} ms per call, below the roofline bound "
-                                   f"of {floor * 1e3:.4g} ms ({work[0]:.3g} FLOP, {work[1]:.3g} byte against "
-                                   f"{roof.label}): no real work runs that fast")
-            else:
-                floor_line = "; no measured roofs for this GPU (no roofline floor)"
+        floor_line = _floor_check(v, case, prep, mine_s, ev)
     except _Refused as exc:
         return _verdict(case, 0.0, f"refused: {exc}", [], ev)
     finally:
         learner.pause(False)
+    credit, line = _credit_line(v, prep, base_s, mine_s, mine, floor_line, ev)
+    return _verdict(case, credit, "", [line], ev)
+
+
+def _checked_calls(v: _Verdict, learner: Any, fn: dict[str, Any], prep: _Prepared, ev: dict[str, Any]) -> None:
+    """The calls checked before any is timed, in the learner's worker with their ops recorded: the case's
+    shapes (inputs left as they were, one rank), fresh shapes, and (one rank) new values in the storage of the
+    call before, so a result kept by address is stale. Raises :class:`_Refused` on a wrong output or a
+    forbidden op or collective; records the first call's ops in ``ev``."""
+    case, world = prep.case, prep.case.world
+    seeds = v.seeds(2 * world)
+    w = v.window(learner, fn, case, prep.shapes, seeds, record_ops=True, send_outputs=True, send_inputs=world == 1)
+    v.check_outputs(case, prep.ref_fn, prep.shapes, seeds, w, f"{case.function} (checked call)")
+    if world == 1:  # a collective works in place: its input is its output
+        v.check_inputs(case, prep.shapes, seeds, w)
+    _collective_refusal(case, w, "the checked calls")
+    _ops_refusal(v, case, w, "the checked call")
+    ev["ops"] = w.ops
+    seeds = v.seeds(2 * world)
+    w = v.window(learner, fn, case, prep.fresh_shapes, seeds, send_outputs=True, record_ops=True)
+    _collective_refusal(case, w, "the calls on fresh shapes")
+    v.check_outputs(case, prep.ref_fn, prep.fresh_shapes, seeds, w, f"{case.function} on fresh shapes")
+    _ops_refusal(v, case, w, "the calls on fresh shapes")
+    if world == 1:  # new values in the storage of the call before: a result kept by address is stale
+        seeds = v.seeds(3)
+        w = v.window(learner, fn, case, prep.shapes, seeds, send_outputs=True, same_storage=True, record_ops=True)
+        v.check_outputs(case, prep.ref_fn, prep.shapes, seeds, w,
+                        f"{case.function} (new values in the same input tensors)")
+        _ops_refusal(v, case, w, "the calls on reused input tensors")
+
+
+def _timed_rounds(v: _Verdict, base_worker: Any, learner: Any, timed: Any, timed_fn: Any, prep: _Prepared,
+                  triton_names: set[str], remeasure: bool, ev: dict[str, Any],
+                  walls: list[list[float]]) -> tuple[list[float], list[float], dict[str, list[float]], int]:
+    """The timed rounds, each a baseline round (the learner paused) then a window of ``case.repeats`` calls in
+    ``timed`` (the learner's worker, or the replayer), checked and judged by its kernel trace. A verdict below
+    full credit after ``case.rounds`` rounds is measured again as many rounds more (``remeasure``); from the
+    second round, rounds stop once even the slowest earns full credit with a margin. Returns each round's
+    seconds, the traced device seconds per call of each round, the kernels seen (calls, us) and the rounds
+    planned."""
+    import time
+
+    case, world, k = prep.case, prep.case.world, prep.case.repeats
+    mine: list[float] = []
+    traced: list[float] = []  # per round: device seconds per call the trace saw
+    kernels_seen: dict[str, list[float]] = {}
+    rounds = case.rounds
+    r = 0
+    while r < rounds:
+        t0 = time.monotonic()
+        learner.pause(True)
+        try:
+            _baseline_round(v, base_worker, prep, trace=v.trace and prep.trace_ok)
+        finally:
+            learner.pause(timed is not learner)  # replayed rounds: the learner's processes sleep through them
+        t1 = time.monotonic()
+        seeds = v.seeds(k * world)
+        on_cpu = timed is learner and not v.cuda  # every call recorded: no kernel trace judges them here
+        w = v.window(timed, timed_fn, case, prep.shapes, seeds, send_outputs=True, trace=v.trace,
+                     record_ops=world > 1 or on_cpu)
+        _collective_refusal(case, w, f"timed round {r + 1}")
+        if on_cpu:
+            _ops_refusal(v, case, w, f"timed round {r + 1}")
+        t2 = time.monotonic()
+        v.check_outputs(case, prep.ref_fn, prep.shapes, seeds, w, f"{case.function} (timed round {r + 1})")
+        walls.append([round(t1 - t0, 3), round(t2 - t1, 3), round(time.monotonic() - t2, 3)])
+        mine.append(w.seconds)
+        over = 0.0 if v.fake else min(prep.over)
+        ev["trace"] = "taken" if v.trace and prep.trace_ok else "unavailable on this machine"
+        if v.trace and prep.trace_ok:
+            traced.append(_judge_trace(w, prep, triton_names, kernels_seen))
+        r += 1
+        b_s = (min(prep.base) - over) / k
+        if r == rounds and remeasure and rounds == case.rounds:
+            m_s = (min(mine) - over) / k
+            if m_s > 0 and credit_of(b_s / m_s, case) < 1.0:
+                rounds += case.rounds  # a verdict below full credit is measured again before it stands
+        elif r >= 2 and rounds == case.rounds and not v.fake and sure_of_full_credit(b_s, (max(mine) - over) / k, case):
+            ev["stopped_early"] = f"after {r} rounds: full credit even at the slowest round, with room to spare"
+            break  # fewer rounds when every round, the slowest too, earns full credit with a margin
+    return mine, traced, kernels_seen, rounds
+
+
+def _judge_trace(w: _Window, prep: _Prepared, triton_names: set[str], kernels_seen: dict[str, list[float]]) -> float:
+    """One timed round's kernel trace judged: which kernels ran (added to ``kernels_seen``: calls, us), and the
+    grader's own harness kernels' time. Raises :class:`_Refused` on a missing trace or a refused kernel;
+    returns the traced device seconds per call (how much of the time it covers is judged after the rounds)."""
+    case, k = prep.case, prep.case.repeats
+    if w.kernels is None:
+        raise _Refused(f"no kernel trace of the timed calls ({w.trace_error or 'the worker sent none'})")
+    for name, (n, us) in w.kernels.items():
+        c = kernels_seen.setdefault(name, [0, 0.0])
+        c[0] += n
+        c[1] += us
+    why = kernel_refusal(case.forbid, w.kernels, prep.harness, triton_names, case.kernels == "triton",
+                         k, 0.0)  # what ran, round by round; how much of the time it covers: below
+    why = why or harness_refusal(w.kernels, prep.harness, prep.harness_us)
+    if why:
+        raise _Refused(why)
+    return traced_per_call(w.kernels, prep.harness, k)
+
+
+def _coverage_check(v: _Verdict, prep: _Prepared, traced: list[float], mine_s: float, ev: dict[str, Any]) -> None:
+    """Refuse a time per call that the kernel trace does not account for (:func:`coverage_refusal`), the
+    baseline's own untraced time and the overhead rounds' noise allowed; nothing without a trace."""
+    if not traced:
+        return
+    k = prep.case.repeats
+    over = 0.0 if v.fake else min(prep.over)
+    noise = 0.0 if v.fake else (max(prep.over) - min(prep.over)) / k
+    untraced = [(b - over) / k - t for b, t in zip(prep.base, prep.base_traced, strict=True) if t is not None]
+    ev["baseline_untraced_s"] = min(untraced) if untraced else None
+    why = coverage_refusal(statistics.median(traced), mine_s, noise, min(untraced) if untraced else 0.0)
+    if why:
+        raise _Refused(why)
+
+
+def _floor_check(v: _Verdict, case: PerfCase, prep: _Prepared, mine_s: float, ev: dict[str, Any]) -> str:
+    """On a GPU, refuse a time per call below what the work can take: a collective's bytes over the GPU's
+    datasheet link, other work's FLOP and bytes against the measured roofline (0.9 of either floor).
+    Returns the verdict line's note on the floor (empty on a CPU)."""
+    work = _work(case, prep.shapes, prep.itemsize)
+    if v.cuda and work is not None and case.world > 1:  # a collective: its bytes over the GPU's link
+        link = _link_bandwidth(v.torch)
+        if link is None:
+            return "; no datasheet link bandwidth for this GPU (no link floor)"
+        floor = work[1] / link[1]
+        ev["link_floor_s"] = floor
+        if mine_s < 0.9 * floor:
+            raise _Refused(f"{case.function} took {mine_s * 1e3:.4g} ms per call, below the {floor * 1e3:.4g} ms "
+                           f"its {work[1]:.3g} bytes per rank take at {link[0]}: no real exchange runs that fast")
+        return f"; link floor {floor * 1e3:.4g} ms ({link[0]})"
+    if v.cuda and work is not None:
+        roof = _measured_roof(v.torch, case.dtype)
+        if roof is None:
+            return "; no measured roofs for this GPU (no roofline floor)"
+        floor = roofline_floor(work[0], work[1], roof)
+        ev["roofline_floor_s"] = floor
+        if mine_s < 0.9 * floor:
+            raise _Refused(f"{case.function} took {mine_s * 1e3:.4g} ms per call, below the roofline bound "
+                           f"of {floor * 1e3:.4g} ms ({work[0]:.3g} FLOP, {work[1]:.3g} byte against "
+                           f"{roof.label}): no real work runs that fast")
+        return f"; roofline floor {floor * 1e3:.4g} ms ({roof.label})"
+    return ""
+
+
+def _credit_line(v: _Verdict, prep: _Prepared, base_s: float, mine_s: float, mine: list[float], floor_line: str,
+                 ev: dict[str, Any]) -> tuple[float, str]:
+    """The credit of the learner's share of the baseline's time, and the verdict's line that says how it
+    was reached (times, share, thresholds, timer, rounds, spreads, re-measurement, floor)."""
+    case, k = prep.case, prep.case.repeats
     share = base_s / mine_s
     credit = credit_of(share, case)
     what = "a copy of its inputs" if case.baseline == "copy" else (case.baseline_expr or case.reference)
     timer = "fake timer (CI)" if v.fake else f"verdict clock on {v.device}"
-    lines = [f"{case.function}: {mine_s * 1e3:.4g} ms, baseline ({what}): {base_s * 1e3:.4g} ms, share {share:.3g} "
-             f"(full credit at {case.full_at:g}, none at {case.zero_at:g}) -> credit {credit:.2f} [{timer}; "
-             f"{len(mine)} rounds of {k} checked calls, spread {spread(mine):.1%} / baseline {spread(prep.base):.1%}"
-             f"{', re-measured' if ev.get('remeasured') else ''}{floor_line}]"]
-    return _verdict(case, credit, "", lines, ev)
+    line = (f"{case.function}: {mine_s * 1e3:.4g} ms, baseline ({what}): {base_s * 1e3:.4g} ms, share {share:.3g} "
+            f"(full credit at {case.full_at:g}, none at {case.zero_at:g}) -> credit {credit:.2f} [{timer}; "
+            f"{len(mine)} rounds of {k} checked calls, spread {spread(mine):.1%} / baseline {spread(prep.base):.1%}"
+            f"{', re-measured' if ev.get('remeasured') else ''}{floor_line}]")
+    return credit, line
+
 
 def answer_cells(nb: dict[str, Any]) -> list[str]:
     """Sources of every code cell of ``nb`` that is not an autograded test cell (what the learner controls)."""
@@ -1251,21 +404,7 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
     host = _learner_host(job)
     setup = {"op": "setup", "cells": cells, "fake": fake, "cell_timeout": float(job.get("cell_timeout") or 600)}
     try:
-        # The baseline's first rounds are measured before any answer cell runs (the trust model): the
-        # learner's worker starts (torch's import) and is paused at once; its cells are sent only after
-        # every case's baseline is prepared. The clean workers' start-ups overlap this process's.
-        base = _workers("baseline", fake, world)
-        workers.append(base)
-        base.send({"op": "setup", "cells": [], "fake": fake})
-        learner = _workers("learner", fake, world, host)
-        workers.append(learner)
-        learner.pause(True)
-        v = _Verdict(fake, deadline)
-        replayer = None
-        if _replay_here(v.cuda, world):
-            replayer = _workers("replay", fake, 1)
-            workers.append(replayer)
-            replayer.send({"op": "setup", "cells": [], "fake": fake})
+        base, learner, v, replayer = _start_workers(fake, world, host, deadline, workers)
         lap("verdict_start")
         base.recv(deadline)
         lap("baseline_worker_start")
@@ -1289,6 +428,29 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
         for w in workers:
             w.close()
     return {"verdicts": verdicts, "notes": notes, "fake": fake, "phases_s": phases}
+
+
+def _start_workers(fake: bool, world: int, host: Any, deadline: float, workers: list[Any]) -> tuple[Any, Any, _Verdict, Any]:
+    """The baseline worker, the learner's worker (paused at once), this process's verdict state and, where a
+    one-rank case is replayed (:data:`REPLAY_ENV`), the replay worker; each worker is appended to ``workers``
+    as it starts, so that the caller ends every one that started.
+
+    The baseline's first rounds are measured before any answer cell runs (the trust model): the learner's
+    worker starts (torch's import) and is paused at once; its cells are sent only after every case's baseline
+    is prepared. The clean workers' start-ups overlap this process's."""
+    base = _workers("baseline", fake, world)
+    workers.append(base)
+    base.send({"op": "setup", "cells": [], "fake": fake})
+    learner = _workers("learner", fake, world, host)
+    workers.append(learner)
+    learner.pause(True)
+    v = _Verdict(fake, deadline)
+    replayer = None
+    if _replay_here(v.cuda, world):
+        replayer = _workers("replay", fake, 1)
+        workers.append(replayer)
+        replayer.send({"op": "setup", "cells": [], "fake": fake})
+    return base, learner, v, replayer
 
 
 def _world(cases: list[PerfCase], fake: bool) -> tuple[int, dict[str, Any] | None]:

@@ -14,7 +14,7 @@ Steps, each writing ``$OUT/<step>.json`` as it ends (a step that fails says why 
   ``perf_poison_caches``: overwrite every Triton ``*.so`` the learner can reach, ``cuda_utils`` included):
   each must keep the honest credit (1.0); the evidence carries ``baseline_ran_share`` per baseline round
   (the share of each round the clean worker was runnable, which RAN_SHARE = 0.5 judges on a GPU: every value
-  should be near 1, a synchronize spins; if not, set trusted.RAN_SHARE = 0 and report it);
+  should be near 1, a synchronize spins; if not, set perfrules.RAN_SHARE = 0 and report it);
 - ``corpus``: ``tests/bad_submissions/grade_corpus.py --perf cuda`` on those cases plus ``good`` and
   ``hidden_library_call`` through ``make grade``'s whole pipeline, rows checked against expected.json;
 - ``solutions``: ``scripts/repeat_grading.py -n N`` over the labs with performance cells (Lab 4 needs two
