@@ -34,6 +34,34 @@ RESTARTED = ("the kernel was ended in this cell because a GPU kernel hung (the m
              "fresh kernel, ran the cells before this one again and went on: only this cell's points are lost")
 MAX_RESTARTS = 3
 """Hung cells after which the grader stops restarting the kernel (each restart re-runs the cells before)."""
+KERNEL_START_TRIES = 3
+"""Kernels started before the grader gives up on a notebook: a kernel that does not answer within the
+start-up limit (a loaded grading machine) is shut down and a fresh one started; no learner code has run yet."""
+
+
+def start_kernel(client: Any, tries: int = KERNEL_START_TRIES) -> int:
+    """Start ``client``'s kernel and its channels, trying ``tries`` times; returns the tries it took.
+
+    Only the start is retried (nothing of the notebook has run in that kernel), so a retry costs no cell. The
+    last failure is raised, and the caller reports it as the notebook's fatal error."""
+    for attempt in range(1, tries + 1):
+        try:
+            if client.km is None:
+                client.km = client.create_kernel_manager()
+            if not client.km.has_kernel:
+                client.start_new_kernel()
+            if client.kc is None:
+                client.start_new_kernel_client()
+            return attempt
+        except Exception:
+            if attempt == tries:
+                raise
+            try:  # nbclient cleans up after a failed client start; a failed kernel start may leave the kernel
+                client._cleanup_kernel()
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+            client.km = client.kc = None
+    return tries
 
 
 def _hung(cell: Any) -> bool:
@@ -188,6 +216,7 @@ def main() -> int:
     pos = 0
     try:
         while pos < len(order):
+            start_kernel(client)  # setup_kernel then finds it started, and shuts it down after the block
             with client.setup_kernel():
                 if census is not None:
                     census.cell()  # a fresh kernel: the cells before are run again
