@@ -49,6 +49,31 @@ def test_the_rule_names_the_busiest_unit_or_latency():
         limiters.classify(ln, busy=0)
 
 
+def test_a_level_that_carries_drams_bytes_is_not_named_over_dram():
+    # kernel_limiters on an H200 (2026-12-02): the streaming add, DRAM 90% and the L2 93% of their peaks: the L2
+    # counts the bytes DRAM delivers, so the add is DRAM-bound (ncu's "memory throughput" is the same bytes)
+    add = {"dram": 90.26, "l2": 93.31, "l1": 22.96, "issue": 4.85, "tensor": 0.0, "fp32": 2.85}
+    assert limiters.classify_units(add) == "dram"
+    # the 64x64-tile matmul: the L2 at 91%, DRAM at 17%: tiles re-read through the L2, which is the limiter
+    assert limiters.classify_units({**add, "dram": 16.91, "l2": 91.25, "l1": 46.38, "tensor": 40.2}) == "l2"
+    # a compute unit busiest beside a busy DRAM stays the limiter (the fused GELU: issue 80%, DRAM 46%)
+    assert limiters.classify_units({**add, "dram": 65.0, "l2": 70.0, "issue": 80.41}) == "issue"
+    # the decode GEMV at 1 token: the L2 at 60.3%, DRAM at 59.2% (under 60): the L2, by a hair
+    assert limiters.classify_units({**add, "dram": 59.23, "l2": 60.33, "l1": 13.19}) == "l2"
+    with pytest.raises(KeyError, match="lacks"):
+        limiters.classify_units({"dram": 90.0})
+
+
+def test_a_recorded_case_is_judged_by_todays_rule_not_its_stored_label():
+    kernel = {"units": {"dram": 90.26, "l2": 93.31, "l1": 22.96, "issue": 4.85, "tensor": 0.0, "fp32": 2.85},
+              "duration": {"value": 1.8e-4}}
+    old = {"kernels": [kernel], "limiter": "l2", "busy_threshold": 60.0}  # labelled by the busiest-unit rule
+    assert limiters.case_limiter(old) == "dram"
+    assert limiters.named_limiter_holds(old, "dram") and not limiters.named_limiter_holds(old, "l2")
+    with pytest.raises(KeyError, match="no profiled kernels"):
+        limiters.case_limiter({"limiter": "l2"})
+
+
 def test_a_case_takes_the_limiter_of_its_longest_kernel_and_keeps_the_stalls():
     case = limiters.kernel_limiters(limiters.parse_ncu_csv(_CSV))
     assert case["limiter"] == "latency"  # the 12.2 us GEMV kernel, not the 1.5 us reduction
@@ -174,6 +199,7 @@ def test_the_ncu_child_refuses_an_experiment_with_no_profile():
 
 
 def _case(t: float, nbytes: int, units: dict, occupancy: float, limiter: str) -> dict:
+    units = {u: units.get(u, 0.0) for u in limiters.UNITS}  # units a case does not name were idle
     return {"bytes": nbytes, "time": {"value": t, "unit": "s"},
             "limiters": {"limiter": limiter, "kernels": [
                 {"name": "k", "units": units, "occupancy": occupancy, "duration": {"value": t * 0.9}},
@@ -209,4 +235,8 @@ def test_limiter_phrase_names_the_busiest_unit_and_dram_beside_it():
     assert kl.limiter_phrase(row) == "issue-bound: instruction issue at 79% of its peak, DRAM at 46%, occupancy 60%"
     (row,) = kl.summary({"c": _case(1e-4, 10**8, {"dram": 91.0, "l2": 20.0}, 88.0, "dram")}, ["c"], 4.0e12)
     assert kl.limiter_phrase(row) == "dram-bound: DRAM at 91% of its peak, occupancy 88%"
+    # the H200's streaming add: DRAM 90%, the L2 93%: DRAM-bound, the L2 named as carrying the same bytes
+    (row,) = kl.summary({"c": _case(1e-4, 10**8, {"dram": 90.26, "l2": 93.31}, 84.05, "l2")}, ["c"], 4.0e12)
+    assert kl.limiter_phrase(row) == ("dram-bound: DRAM at 90% of its peak, the L2 at 93% (the same bytes, counted "
+                                      "again on their way in), occupancy 84%")
     assert kl.limiter_phrase(None) is None

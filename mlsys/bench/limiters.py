@@ -8,6 +8,10 @@ call of a Part II layer, parses its CSV, and names the limiter by one rule:
   instruction issue, the tensor pipe, the FP32 pipe);
 * the limiter is the busiest unit if it is at or above ``busy`` percent (default 60, Nsight
   Compute's own "high utilisation" line in its Speed-of-Light section);
+* except that DRAM's bytes also cross the L2 (and usually L1): when the busiest unit is a memory level and
+  DRAM too is at or above ``busy``, the limiter is ``"dram"``. A streaming add with DRAM at 90% and the L2
+  at 93% of their peaks is DRAM-bound: the L2's figure counts the same bytes on their way in. The L2 (or
+  L1) is named only when it is busy while DRAM is not, i.e. when the bytes are re-read from that level;
 * otherwise no unit is near its peak: the kernel is ``"latency"``-bound (too few bytes or
   instructions in flight: Little's law), and the record shows the achieved occupancy and the top
   stall reasons beside it.
@@ -27,7 +31,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 __all__ = ["UNITS", "OCCUPANCY", "STALLS", "DURATION", "metric_names", "ncu_argv", "parse_ncu_csv",
-           "classify", "kernel_limiters", "named_limiter_holds", "split_cases", "child"]
+           "classify", "classify_units", "case_limiter", "MEMORY_LEVELS", "kernel_limiters", "named_limiter_holds",
+           "split_cases", "child"]
 
 UNITS: dict[str, str] = {
     "dram": "dram__throughput.avg.pct_of_peak_sustained_elapsed",
@@ -53,6 +58,8 @@ STALLS: dict[str, str] = {
 """Stall reason -> warps stalled for that reason per issued instruction."""
 
 LATENCY = "latency"
+MEMORY_LEVELS = ("dram", "l2", "l1")
+"""The memory units, outermost first: a byte read from DRAM also passes through the levels after it."""
 
 
 def metric_names() -> list[str]:
@@ -104,8 +111,27 @@ def parse_ncu_csv(text: str) -> list[dict[str, Any]]:
     return out
 
 
+def classify_units(units: Mapping[str, float], busy: float = 60.0) -> str:
+    """The limiter from each unit's throughput (percent of its peak, keyed by :data:`UNITS`' names).
+
+    The busiest unit if at or above ``busy`` percent, else ``"latency"``; a busiest memory level gives way to
+    ``"dram"`` when DRAM is at or above ``busy`` too (the same bytes, counted at each level they cross). A unit
+    missing from ``units`` raises ``KeyError`` naming it (a missing input is a failure)."""
+    if not 0 < busy <= 100:
+        raise ValueError(f"busy must be a percentage in (0, 100], got {busy}")
+    missing = [u for u in UNITS if u not in units]
+    if missing:
+        raise KeyError(f"the profile lacks {missing}; cannot name a limiter")
+    unit = max(UNITS, key=lambda u: units[u])
+    if units[unit] < busy:
+        return LATENCY
+    if unit in MEMORY_LEVELS and units["dram"] >= busy:
+        return "dram"
+    return unit
+
+
 def classify(metrics: Mapping[str, float], busy: float = 60.0) -> str:
-    """The limiter: the busiest of :data:`UNITS` if at or above ``busy`` percent, else ``"latency"``.
+    """:func:`classify_units` of Nsight Compute's metrics (:data:`UNITS`' metric names as keys).
 
     A metric missing from ``metrics`` raises ``KeyError`` naming it (a missing input is a failure).
     """
@@ -114,8 +140,18 @@ def classify(metrics: Mapping[str, float], busy: float = 60.0) -> str:
     missing = [m for m in UNITS.values() if m not in metrics]
     if missing:
         raise KeyError(f"the profile lacks {missing}; cannot name a limiter")
-    unit, pct = max(((u, metrics[m]) for u, m in UNITS.items()), key=lambda p: p[1])
-    return unit if pct >= busy else LATENCY
+    return classify_units({u: metrics[m] for u, m in UNITS.items()}, busy)
+
+
+def case_limiter(record_case: Mapping[str, Any]) -> str:
+    """The limiter of a recorded case (a :func:`kernel_limiters` result) by today's rule: that of its longest
+    kernel, classified from the throughputs the record keeps. A record made under an older rule is judged by
+    this one; its stored label is not read."""
+    kernels = record_case.get("kernels")
+    if not kernels:
+        raise KeyError("the recorded case has no profiled kernels; cannot name a limiter")
+    longest = max(kernels, key=lambda k: k["duration"]["value"])
+    return classify_units(longest["units"], record_case.get("busy_threshold", 60.0))
 
 
 def kernel_limiters(kernels: Sequence[Mapping[str, Any]], busy: float = 60.0) -> dict[str, Any]:
@@ -132,7 +168,8 @@ def kernel_limiters(kernels: Sequence[Mapping[str, Any]], busy: float = 60.0) ->
                      "occupancy": m.get(OCCUPANCY), "duration": duration, "top_stalls": stalls})
     longest = max(rows, key=lambda r: r["duration"]["value"])
     return {"kernels": rows, "limiter": longest["limiter"], "busy_threshold": busy,
-            "rule": "busiest unit at or above the threshold, else latency (see mlsys.bench.limiters)"}
+            "rule": "busiest unit at or above the threshold, DRAM when a memory level is busiest and DRAM is at or "
+                    "above it too, else latency (see mlsys.bench.limiters)"}
 
 
 def split_cases(kernels: Sequence[Mapping[str, Any]], boundary: str, n: int) -> list[list[Mapping[str, Any]]]:
@@ -155,10 +192,10 @@ def split_cases(kernels: Sequence[Mapping[str, Any]], boundary: str, n: int) -> 
 
 
 def named_limiter_holds(record_case: Mapping[str, Any], named: str) -> bool:
-    """Whether a page may say ``named`` limits this case: the record's limiter must be that name."""
+    """Whether a page may say ``named`` limits this case: :func:`case_limiter` must give that name."""
     if named not in (*UNITS, LATENCY):
         raise ValueError(f"unknown limiter {named!r}; expected one of {[*UNITS, LATENCY]}")
-    return record_case["limiter"] == named
+    return case_limiter(record_case) == named
 
 
 def child(experiment: str, case: str) -> None:

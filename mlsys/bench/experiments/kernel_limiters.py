@@ -264,15 +264,20 @@ def run(ctx: Any) -> dict[str, Any]:
 
 
 def limiter_phrase(row: dict[str, Any] | None) -> str | None:
-    """``"dram-bound: DRAM at 91% of its peak, occupancy 88%"`` for a :func:`summary` row with a profile (the
-    busiest unit named, and DRAM beside it when another unit is busiest); ``None`` without one."""
+    """``"dram-bound: DRAM at 91% of its peak, occupancy 88%"`` for a :func:`summary` row with a profile: the
+    limiter's unit first (the busiest unit for a latency-bound case), then the busiest unit where it differs (for
+    a DRAM-bound case, the L2 carrying the same bytes), else DRAM beside it; ``None`` without a profile."""
     if row is None or row.get("limiter") is None:
         return None
     names = {"dram": "DRAM", "l2": "the L2", "l1": "L1/shared memory", "issue": "instruction issue",
              "tensor": "the tensor pipe", "fp32": "the FP32 pipe"}
-    text = f"{row['limiter']}-bound: {names[row['busiest']]} at {row['busiest_pct']:.0f}% of its peak"
-    if row["busiest"] != "dram" and "dram" in row["units"]:
-        text += f", DRAM at {row['units']['dram']:.0f}%"
+    units, busiest = row["units"], row["busiest"]
+    head = busiest if row["limiter"] not in names else row["limiter"]
+    text = f"{row['limiter']}-bound: {names[head]} at {units[head]:.0f}% of its peak"
+    if busiest != head:
+        text += f", {names[busiest]} at {units[busiest]:.0f}% (the same bytes, counted again on their way in)"
+    elif head != "dram" and "dram" in units:
+        text += f", DRAM at {units['dram']:.0f}%"
     return text + f", occupancy {row['occupancy']:.0f}%"
 
 
@@ -306,7 +311,7 @@ def summary(data: dict[str, Any] | None, names: list[str], copy_bandwidth: float
         if "kernels" in case.get("limiters", {}):
             longest = max(case["limiters"]["kernels"], key=lambda k: k["duration"]["value"])
             unit = max(longest["units"], key=longest["units"].get)
-            row.update(limiter=case["limiters"]["limiter"], busiest=unit, busiest_pct=longest["units"][unit],
+            row.update(limiter=limiters.case_limiter(case["limiters"]), busiest=unit, busiest_pct=longest["units"][unit],
                        units=dict(longest["units"]),
                        occupancy=longest["occupancy"], kernels=len(case["limiters"]["kernels"]), not_profiled=None)
         out.append(row)
