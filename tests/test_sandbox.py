@@ -378,3 +378,32 @@ def test_a_sandbox_cannot_widen_its_cores_past_its_cgroups_cpuset(tmp_path, site
     finally:
         cgroup.close()
     assert proc.stdout.strip().splitlines()[-1] == str(sorted(one)), proc.stdout + proc.stderr
+
+
+def test_a_root_grader_enters_a_private_scratch_folder(tmp_path, site):
+    """A scratch folder made by ``tempfile.mkdtemp`` (mode 0700) is entered: bwrap changes into it as root
+    without capabilities, before dropping to the sandbox's uid (on the lent H200, 2026-12-02, the trust-boundary
+    checks failed with "Can't chdir to /home/student: Permission denied")."""
+    _bwrap_or_skip()
+    import tempfile
+
+    if os.geteuid() != 0:
+        pytest.skip("the grader is not root here: its own folders are its own inside the user namespace")
+    scratch = Path(tempfile.mkdtemp(dir=tmp_path))
+    assert scratch.stat().st_mode & 0o777 == 0o700
+    sandbox.own_scratch(scratch)
+    probe = "import os; print(os.getcwd(), os.getuid())"
+    proc = subprocess.run(sandbox.command([sys.executable, "-c", probe], scratch, site), capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == [str(sandbox.INSIDE_HOME), str(sandbox.SANDBOX_UID)]
+    assert scratch.stat().st_mode & 0o777 == 0o711  # others may enter, not list
+
+
+def test_the_verdict_runner_needs_no_nbgrader():
+    """The GPU checks of the trust boundaries run the verdict process on a machine without nbgrader or Jupyter:
+    the runner and everything it starts import none of them."""
+    blocked = "import sys\nfor m in ('nbgrader', 'nbclient', 'jupyter_client', 'zmq', 'ipykernel'): sys.modules[m] = None\n"
+    code = blocked + "import mlsys.course.sandboxrun, mlsys.course.trusted, mlsys.course.learnerbox, mlsys.course.perfworker"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]

@@ -184,6 +184,9 @@ def own_scratch(folder: Path, uid: int = SANDBOX_UID) -> None:
     for p in [folder, *folder.rglob("*")]:
         if not p.is_symlink():
             os.chown(p, uid, uid)
+    # bwrap enters the folder as root without capabilities (before setpriv drops to ``uid``): a folder made by
+    # ``tempfile.mkdtemp`` (mode 0700) would refuse it ("Can't chdir to /home/student"). Search only, no listing.
+    os.chmod(folder, folder.stat().st_mode & 0o7777 | 0o111)
 
 
 # ------------------------------------------------------------------------------------------ cgroups

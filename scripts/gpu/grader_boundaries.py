@@ -73,7 +73,7 @@ def step_nodes(out: Path, site: Path) -> dict:
 
 
 def step_verdict(out: Path, site: Path) -> dict:
-    from mlsys.course.sandboxed_execute import run_verdict
+    from mlsys.course.sandboxrun import run_verdict
     from mlsys.course.trusted import answer_cells
 
     cases = tomllib.loads((CORPUS / "source" / "lab0_tiny" / "perf.toml").read_text())
