@@ -216,8 +216,7 @@ def main() -> int:
     pos = 0
     try:
         while pos < len(order):
-            start_kernel(client)  # setup_kernel then finds it started, and shuts it down after the block
-            with client.setup_kernel():
+            with _kernel(client):
                 if census is not None:
                     census.cell()  # a fresh kernel: the cells before are run again
                 if lost:
@@ -263,6 +262,13 @@ def main() -> int:
         census.stop()
     emit({"done": True, "kernel_died": died})
     return 0
+
+
+def _kernel(client: Any) -> Any:
+    """nbclient's ``setup_kernel`` block over a kernel :func:`start_kernel` started (retried if it never answered):
+    the block finds it running, and shuts it down at its end."""
+    start_kernel(client)
+    return client.setup_kernel()
 
 
 def _client(NotebookClient: Any, nb: Any, job: dict[str, Any]) -> Any:

@@ -17,6 +17,8 @@ Steps, each writing ``$OUT/<step>.json`` as it ends (a step that fails says why 
   should be near 1, a synchronize spins; if not, set perfrules.RAN_SHARE = 0 and report it);
 - ``corpus``: ``tests/bad_submissions/grade_corpus.py --perf cuda`` on those cases plus ``good`` and
   ``hidden_library_call`` through ``make grade``'s whole pipeline, rows checked against expected.json;
+- ``sandboxed``: honest work through the sandboxed verdict ``-n`` times (the tiny lab's ``good``, also without a
+  sandbox for contrast, and the instructor answer cells of Labs 2, 3 and 5): every case must earn credit 1;
 - ``solutions``: ``scripts/repeat_grading.py -n N`` over the labs with performance cells (Lab 4 needs two
   GPUs: left out on one), every grading must be full marks.
 """
@@ -95,6 +97,47 @@ def step_verdict(out: Path, site: Path) -> dict:
     return {"ok": all(g["credit"] == 1.0 for g in got.values()), "cases": got}
 
 
+def _one_verdict(cases: dict, cells: list[str], mode: str, site: Path, tag: str) -> dict:
+    """One grading by the verdict process, in ``mode`` "bwrap" (learner and clean sides in sandboxes of their
+    own) or "none" (one process tree, as ``trusted_gpu_run.py``): each case's credit, reason and round times."""
+    from mlsys.course.sandboxrun import run_verdict
+
+    root = Path(tempfile.mkdtemp(prefix=f"verdict-{tag}-"))
+    work = root / "perf"
+    work.mkdir()
+    settings = {"mode": mode, "site": str(site), "perf": "cuda", "limits": {}, "gpu": True}
+    t0 = time.monotonic()
+    results, ended = run_verdict({"cases": cases, "cells": cells, "fake": False, "cell_timeout": 600},
+                                 work, root, settings, time.monotonic() + 600)
+    verdicts = (results[0].get("verdicts") or {}) if results else {}
+    keep = ("learner_rounds_s", "baseline_rounds_s", "overhead_rounds_s", "baseline_untraced_s", "stopped_early")
+    return {"mode": mode, "ended": ended, "wall_s": round(time.monotonic() - t0, 1),
+            "fatal": results[0].get("fatal") if results else None,
+            "cases": {g: {"credit": v.get("credit"), "reason": v.get("reason"),
+                          **{k: (v.get("evidence") or {}).get(k) for k in keep}} for g, v in verdicts.items()}}
+
+
+def step_sandboxed(out: Path, site: Path, n: int) -> dict:
+    """Honest work through the sandboxed verdict on the GPU, ``n`` times: the tiny lab's ``good`` (in both
+    modes, for contrast) and the instructor answer cells of Labs 2, 3 and 5: every case must earn credit 1."""
+    from mlsys.course.trusted import answer_cells
+
+    runs = []
+    tiny = tomllib.loads((CORPUS / "source" / "lab0_tiny" / "perf.toml").read_text())
+    good = answer_cells(json.loads((CORPUS / "good.nb.json").read_text()))
+    labs = {lab: (tomllib.loads((REPO / "labs" / "source" / lab / "perf.toml").read_text()),
+                  answer_cells(json.loads((REPO / "labs" / "source" / lab / f"{lab}.ipynb").read_text())))
+            for lab in ("lab3_fusion", "lab2_tiled_matmul", "lab5_attention")}
+    for i in range(n):
+        for mode in ("bwrap", "none"):
+            runs.append({"what": "good", **_one_verdict(tiny, good, mode, site, f"good{i}{mode}")})
+        for lab, (cases, cells) in labs.items():
+            runs.append({"what": lab, **_one_verdict(cases, cells, "bwrap", site, f"{lab}{i}")})
+        _write(out, "sandboxed.partial", {"runs": runs})
+    credits = [c["credit"] for r in runs if r["mode"] == "bwrap" for c in r["cases"].values()]
+    return {"ok": bool(credits) and all(c == 1.0 for c in credits), "n": n, "runs": runs}
+
+
 def step_corpus(out: Path, site: Path) -> dict:
     dest = out / "corpus"
     only = ",".join([*ATTACKS, "hidden_library_call"])
@@ -125,7 +168,7 @@ def main() -> int:
 
     site = sandbox.build_site(Path(tempfile.mkdtemp(prefix="site-")))
     steps = {"nodes": step_nodes, "verdict": step_verdict, "corpus": step_corpus,
-             "solutions": lambda o, s: step_solutions(o, s, args.n)}
+             "solutions": lambda o, s: step_solutions(o, s, args.n), "sandboxed": lambda o, s: step_sandboxed(o, s, args.n)}
     failed = 0
     for name in [s.strip() for s in args.only.split(",") if s.strip()]:
         try:
