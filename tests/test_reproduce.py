@@ -119,7 +119,7 @@ def test_every_cpu_experiment_runs_quick_the_way_the_book_says(name, tmp_path, c
 # Experiments the book quotes before their first GPU run: their pages show every figure as missing, "not in
 # the course's data yet" (tests/test_kernel_limiters_page.py runs those pages without the record). An entry
 # must go once its record exists (the test below fails on a stale one).
-AWAITING_A_GPU_RUN = {"kernel_limiters": "written 2026-12-02, after the session's device time was spent"}
+AWAITING_A_GPU_RUN: dict[str, str] = {}  # experiment -> why the book quotes it before its first GPU run
 
 
 def test_every_gpu_figure_the_book_quotes_has_a_recording():
