@@ -176,3 +176,26 @@ def test_lab4_data_parallel_check_forks_its_ranks_after_dynamo_on_a_gpu_machine(
     assert not run["cuda_initialized_before"] and not run["cuda_initialized_after_dynamo"]
     assert run["threads_after_dynamo"] == run["threads_before"]
     assert run["cuda not initialised"]["ok"] and run["after a CUDA op in the parent"]["ok"], run
+
+
+def test_sandboxed_verdict_on_a_gpu_credits_honest_work_and_binds_one_gpu():
+    """Issue 48's trust boundaries on one H200 (scripts/gpu/grader_boundaries.py, 2026-12-02): the slot's sandbox
+    sees its GPU only and runs a kernel; the verdict with the learner's workers in a sandbox of their own gives
+    the instructor answers of Labs 2, 3 and 5 full credit; the setsid and cache attacks leave the baseline's
+    rounds where the honest run's are (their credit cannot show it: an honest `double` already earns 1)."""
+    run = json.loads((RUNS / "grader_boundaries_nvidia-h200_2026-12-02.json").read_text(encoding="utf-8"))
+    assert run["device"] == "NVIDIA H200" and {"torch", "triton", "driver"} <= set(run["software"])
+    nodes = run["steps"]["nodes"]
+    assert nodes["ok"] and nodes["seen"]["count"] == 1 and nodes["seen"]["sum"] == float(sum(range(1 << 20)) * 2)
+    assert [n for n in nodes["seen"]["nodes"] if n[len("/dev/nvidia"):].isdigit()] == ["/dev/nvidia0"]
+    sandboxed = run["steps"]["sandboxed"]["runs"]
+    labs = {r["what"] for r in sandboxed if r["mode"] == "bwrap"}
+    assert {"lab2_tiled_matmul", "lab3_fusion", "lab5_attention"} <= labs
+    for r in sandboxed:
+        assert r["fatal"] is None and r["ended"] == "done", r
+        assert all(c["credit"] == 1.0 for c in r["cases"].values()), r
+    cases = run["steps"]["verdict"]["cases"]
+    honest = max(cases["good"]["evidence"]["baseline_rounds_s"])
+    for attack in ("perf_signal_baseline", "perf_poison_caches"):
+        assert max(cases[attack]["evidence"]["baseline_rounds_s"]) <= 1.1 * honest, attack  # the baseline was not slowed
+        assert all(s > 0.9 for s in cases[attack]["baseline_ran_share"]), attack  # it ran through every round
