@@ -309,3 +309,26 @@ def test_animations_play(browser, server, rel):
         assert before and after and before != after, f"{rel}: animation {i + 1} did not change frame after Play"
     page.close()
     assert not errors, f"{rel}: " + "; ".join(errors)
+
+
+def test_going_further_notebooks_follow_the_configured_install_block(tmp_path):
+    """The optional notebooks carry the labs' install block, so a release bump reaches them too: check() names a
+    stale one and sync() rewrites it."""
+    import shutil
+
+    from mlsys.course import site
+
+    root = tmp_path / "repo"
+    (root / "labs" / "going_further").mkdir(parents=True)
+    shutil.copy2(ROOT / "_config.yml", root / "_config.yml")
+    shutil.copy2(ROOT / "_toc.yml", root / "_toc.yml")
+    shutil.copytree(ROOT / "chapters", root / "chapters")  # the labs' chapter lines are read from them
+    nb = ROOT / "labs" / "going_further" / "lab2_going_further.ipynb"
+    ref = site.install_ref(ROOT / "_config.yml")
+    stale = nb.read_text(encoding="utf-8").replace(f"@{ref}", "@v2025.01")
+    assert stale != nb.read_text(encoding="utf-8")
+    (root / "labs" / "going_further" / nb.name).write_text(stale, encoding="utf-8")
+    assert any("lab2_going_further" in p and "install block" in p for p in site.check(root))
+    assert site.sync(root) == [root / "labs" / "going_further" / nb.name]
+    assert f"@{ref}" in (root / "labs" / "going_further" / nb.name).read_text(encoding="utf-8")
+    assert site.check(root) == []

@@ -212,6 +212,24 @@ def notebooks(root: Path | None = None, kinds: tuple[str, ...] = ("source", "rel
     return out
 
 
+def going_further(root: Path | None = None) -> list[Path]:
+    """The optional notebooks under ``labs/going_further/``: no badge or chapter line of a lab, only its install
+    block, which must follow the configuration as the labs' does."""
+    return sorted(((root or repo_root()) / "labs" / "going_further").glob("*.ipynb"))
+
+
+def apply_install(nb: dict[str, Any], name: str, url: str, ref: str) -> dict[str, Any]:
+    """Write the configured install block into the first code cell of ``nb`` (in place); return it. Raises
+    ``ValueError`` if that cell has no block between :data:`BEGIN` and :data:`END`."""
+    code = next((c for c in nb.get("cells", []) if c.get("cell_type") == "code"), None)
+    if code is None or BEGIN not in _src(code) or END not in _src(code):
+        raise ValueError(f"{name}: expected the first code cell to hold the install block ({BEGIN!r} ... {END!r})")
+    src = _src(code)
+    start, stop = src.index(BEGIN), src.index(END) + len(END)
+    _set(code, src[:start] + install_block(url, ref) + src[stop:])
+    return nb
+
+
 def _dump(nb: dict[str, Any]) -> str:
     return json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
 
@@ -229,6 +247,12 @@ def sync(root: Path | None = None, kinds: tuple[str, ...] = ("source", "release"
     for lab, path in notebooks(root, kinds):
         text = path.read_text(encoding="utf-8")
         new = _dump(apply(json.loads(text), lab, url, branch, chapters, ref))
+        if new != text:
+            path.write_text(new, encoding="utf-8")
+            changed.append(path)
+    for path in going_further(root):
+        text = path.read_text(encoding="utf-8")
+        new = _dump(apply_install(json.loads(text), path.stem, url, ref or branch))
         if new != text:
             path.write_text(new, encoding="utf-8")
             changed.append(path)
@@ -253,6 +277,16 @@ def check(root: Path | None = None) -> list[str]:
             problems.append(f"{path}: its Colab badge, chapter line or install block differs from _config.yml and "
                             "_toc.yml "
                             "(run `python -m mlsys.course.site sync`)")
+    for path in going_further(root):
+        nb = json.loads(path.read_text(encoding="utf-8"))
+        before = json.dumps(nb, sort_keys=True)
+        try:
+            after = json.dumps(apply_install(nb, path.stem, url, ref or branch), sort_keys=True)
+        except ValueError as exc:
+            problems.append(f"{path}: {exc}")
+            continue
+        if before != after:
+            problems.append(f"{path}: its install block differs from _config.yml (run `python -m mlsys.course.site sync`)")
     return problems
 
 
