@@ -51,3 +51,8 @@ def test_the_last_failure_is_reported() -> None:
     with pytest.raises(RuntimeError, match="didn't respond"):
         cellrunner.start_kernel(client, tries=2)
     assert client.kernels_started == 2
+
+
+def test_no_tries_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="at least 1"):
+        cellrunner.start_kernel(SlowStarts(fail=0), tries=0)

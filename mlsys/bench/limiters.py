@@ -133,10 +133,9 @@ def classify_units(units: Mapping[str, float], busy: float = 60.0) -> str:
 def classify(metrics: Mapping[str, float], busy: float = 60.0) -> str:
     """:func:`classify_units` of Nsight Compute's metrics (:data:`UNITS`' metric names as keys).
 
-    A metric missing from ``metrics`` raises ``KeyError`` naming it (a missing input is a failure).
+    A metric missing from ``metrics`` raises ``KeyError`` naming it (a missing input is a failure); a ``busy``
+    outside (0, 100] raises ``ValueError`` (in :func:`classify_units`).
     """
-    if not 0 < busy <= 100:
-        raise ValueError(f"busy must be a percentage in (0, 100], got {busy}")
     missing = [m for m in UNITS.values() if m not in metrics]
     if missing:
         raise KeyError(f"the profile lacks {missing}; cannot name a limiter")

@@ -61,7 +61,7 @@ def start_kernel(client: Any, tries: int = KERNEL_START_TRIES) -> int:
             except Exception:  # noqa: BLE001 - already gone
                 pass
             client.km = client.kc = None
-    return tries
+    raise ValueError(f"tries must be at least 1, got {tries}")
 
 
 def _hung(cell: Any) -> bool:
