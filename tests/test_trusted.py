@@ -776,3 +776,79 @@ def test_a_clean_worker_stopped_during_its_round_says_so_and_an_honest_one_does_
         stopped.ran_share, stopped.wall_s)
     # the cold round measured on this machine under load: 41% runnable of 6.5 ms is a page fault, not a stop
     assert not trusted.did_not_run(0.408, 0.0065) and trusted.did_not_run(0.2, 0.010)
+
+
+class _FakeCudaTorch:
+    """Just enough of torch for :func:`perfworker.run_calls` on a "cuda" device without one: a Tensor type,
+    a synchronize; every step the round takes is appended to ``steps``."""
+
+    def __init__(self, steps: list[str]) -> None:
+        self.steps = steps
+
+        class Tensor:
+            def tolist(self) -> list[float]:
+                return [0.0, 0.0]
+
+        self.Tensor = Tensor
+        self.cuda = type("cuda", (), {"synchronize": staticmethod(lambda *a: steps.append("sync"))})
+
+
+def test_every_gpu_round_sweeps_the_l2_after_writing_the_inputs_and_before_the_call(monkeypatch):
+    """Issue 43, item 4: the grader's rounds clear the L2 as the course's timer does, by a read sweep, after a
+    call's fresh inputs are written (their dirty lines leave the L2 before the call) and before the call; a CPU
+    round and a GPU round not asked to flush never sweep."""
+    from mlsys.course import perfworker
+
+    steps: list[str] = []
+    torch = _FakeCudaTorch(steps)
+    monkeypatch.setattr(perfworker, "make_inputs", lambda *a: steps.append("inputs") or (torch.Tensor(),))
+    monkeypatch.setattr(perfworker, "l2_sweep", lambda device: (lambda: steps.append("sweep")))
+    monkeypatch.setattr(perfworker, "fingerprint", lambda t, out: steps.append("print") or out)
+    monkeypatch.setattr(perfworker, "light_harness", lambda device: False)
+
+    def fn(x):  # noqa: ANN001, ANN202
+        steps.append("call")
+        return torch.Tensor()
+
+    perfworker.run_calls(torch, fn, [[4]], None, [1, 2], "cuda", {}, flush_l2=True)
+    assert steps == ["inputs", "sweep", "call", "print"] * 2 + ["sync"]
+    steps.clear()
+    perfworker.run_calls(torch, fn, [[4]], None, [1], "cuda", {}, flush_l2=False)
+    assert "sweep" not in steps
+    steps.clear()
+    perfworker.run_calls(torch, fn, [[4]], None, [1], "cpu", {}, flush_l2=True)
+    assert "sweep" not in steps
+
+
+def test_the_l2_sweep_is_the_course_timers_read_flush_and_refuses_a_cpu():
+    from mlsys.course import perfworker
+
+    with pytest.raises(ValueError, match="CUDA device"):
+        perfworker.l2_sweep("cpu")
+
+
+def test_the_verdict_asks_every_gpu_round_for_the_sweep_and_no_cpu_round():
+    """The flag rides on every round message the verdict sends (both sides alike); a CPU verdict never sets it."""
+    import time
+
+    from mlsys.course import perfrounds
+    from mlsys.course.perfspec import PerfCase
+
+    sent: list[dict] = []
+
+    class Worker:
+        def send(self, msg: dict) -> None:
+            sent.append(msg)
+
+        def recv(self, deadline: float) -> tuple[dict, list]:
+            return {"done": True, "fingerprints": [[0.0, 0.0]]}, []
+
+    case = PerfCase.__new__(PerfCase)
+    object.__setattr__(case, "dtype", "float32")
+    object.__setattr__(case, "kwargs", {})
+    object.__setattr__(case, "world", 1)
+    v = perfrounds._Verdict(fake=True, deadline=time.monotonic() + 60)
+    for cuda in (True, False):
+        v.cuda = cuda
+        v.window(Worker(), {"name": "f"}, case, [[4]], [1])
+    assert [m["flush_l2"] for m in sent] == [True, False]

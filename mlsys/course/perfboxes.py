@@ -254,7 +254,7 @@ class _LocalWorker:
             outs, head["fingerprints"], inputs = run_calls(torch, fn, msg["shapes"], getattr(torch, msg["dtype"]),
                                                            msg["seeds"], self.device, dict(msg.get("kwargs") or {}),
                                                            _recorder(torch, seen) if msg.get("record_ops") else None,
-                                                           None, bool(msg.get("same_storage")))
+                                                           None, bool(msg.get("same_storage")), bool(msg.get("flush_l2")))
             head["ops"] = sorted(seen)
         except Exception as exc:
             head["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"

@@ -75,7 +75,7 @@ class _Verdict:
                "kwargs": case.kwargs if "name" in fn else {},  # the learner's function's keywords, not the baseline's
                "record_ops": record_ops, "send_outputs": send_outputs, "send_inputs": send_inputs,
                "harness_time": harness_time, "shm": getattr(worker, "shm", None) is not None,
-               "same_storage": same_storage}
+               "same_storage": same_storage, "flush_l2": self.cuda}  # every GPU round: the read sweep, both sides
         t0 = self.clock()
         worker.send(msg)
         head, _ = worker.recv(dl)
