@@ -199,3 +199,25 @@ def test_sandboxed_verdict_on_a_gpu_credits_honest_work_and_binds_one_gpu():
     for attack in ("perf_signal_baseline", "perf_poison_caches"):
         assert max(cases[attack]["evidence"]["baseline_rounds_s"]) <= 1.1 * honest, attack  # the baseline was not slowed
         assert all(s > 0.9 for s in cases[attack]["baseline_ran_share"]), attack  # it ran through every round
+
+
+def test_the_read_sweep_keeps_the_instructors_full_credit_through_the_sandboxed_verdict():
+    """Issue 43 item 4 on one H200: with the grader's rounds clearing the L2 by a read sweep, every recorded grading
+    of the instructor answers (Labs 2, 3, 5) through the sandboxed verdict earned full credit on every case; Lab 3
+    reached ten gradings. The sweep is in the overhead: Lab 3's softmax overhead rounds exceed the 08:33 run's
+    (11.0-11.2 ms) by at least the time to read 256 MiB at the H200's 4.8 TB/s datasheet peak, 20 times (1.1 ms)."""
+    run = json.loads((RUNS / "sandboxed_solutions_read_flush_nvidia-h200_2026-12-02.json").read_text(encoding="utf-8"))
+    assert run["device"] == "NVIDIA H200" and {"torch", "triton", "driver"} <= set(run["software"])
+    counts: dict[str, int] = {}
+    for r in run["runs"]:
+        assert r["mode"] == "bwrap" and r["fatal"] is None and r["ended"] == "done", r
+        assert r["cases"] and all(c["credit"] == 1.0 for c in r["cases"].values()), r
+        counts[r["what"]] = counts.get(r["what"], 0) + 1
+    assert counts["lab3_fusion"] == 10 and counts["lab2_tiled_matmul"] >= 9 and counts["lab5_attention"] >= 6
+    before = json.loads((RUNS / "grader_boundaries_nvidia-h200_2026-12-02.json").read_text(encoding="utf-8"))
+    old = [r for r in before["steps"]["sandboxed"]["runs"] if r["what"] == "lab3_fusion"][0]
+    old_over = min(old["cases"]["perf_softmax"]["overhead_rounds_s"])
+    sweep_s = 20 * 256 * 2**20 / 4.8e12
+    for r in run["runs"]:
+        if r["what"] == "lab3_fusion":
+            assert min(r["cases"]["perf_softmax"]["overhead_rounds_s"]) >= old_over + sweep_s, r
