@@ -1,4 +1,4 @@
-"""Issue 25's recorded GPU runs (tests/gpu_runs/issue25_trusted_*.json) hold what "done" asks of a GPU grader.
+"""The recorded GPU runs of the verdict process (tests/gpu_runs/verdict_*.json) hold what "done" asks of a GPU grader.
 
 For each step, the newest run that made it is the one judged (a later run re-makes what an earlier one
 showed wrong): every hostile corpus case 0 for what it attacked, every honest one its share (expected.json,
@@ -41,8 +41,8 @@ with the learner's processes stopped through replayed rounds (3691073), gave bot
 
 def _runs() -> list[tuple[int, dict]]:
     out = []
-    for p in RUNS.glob("issue25_trusted_nvidia-*_run*.json"):
-        m = re.fullmatch(r"issue25_trusted_(nvidia-h\d00)_run(\d+)\.json", p.name)
+    for p in RUNS.glob("verdict_nvidia-*_run*.json"):
+        m = re.fullmatch(r"verdict_(nvidia-h\d00)_run(\d+)\.json", p.name)
         if m:
             run = json.loads(p.read_text(encoding="utf-8"))
             run["_device_file"] = m.group(1)
@@ -103,8 +103,8 @@ def test_lab4_ring_on_two_nccl_ranks_refuses_every_attack_and_credits_honest_wor
     instructor and four cases) and run 11's lab4 step (the three cases run 1's budget left out). Every attack of
     tests/bad_submissions/lab4_perf earns 0 for the reason expected.json names; the instructor's ring and the
     two honest cases earn their share of NCCL's all-reduce."""
-    first = json.loads((RUNS / "issue25_lab4_nccl_nvidia-h100-x2_run1.json").read_text())["steps"]["lab4"]
-    later = json.loads((RUNS / "issue25_trusted_nvidia-h100_run11.json").read_text())["steps"]["lab4"]
+    first = json.loads((RUNS / "verdict_lab4_nccl_nvidia-h100-x2_run1.json").read_text())["steps"]["lab4"]
+    later = json.loads((RUNS / "verdict_nvidia-h100_run11.json").read_text())["steps"]["lab4"]
     rows = {**{k: v for k, v in first["corpus"].items() if "verdict" in v and v["verdict"].get("score") is not None},
             **later["corpus"]}
     want = json.loads((Path(__file__).resolve().parent / "bad_submissions" / "lab4_perf" / "expected.json").read_text())
