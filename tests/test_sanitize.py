@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from mlsys.course.sanitize import HIDDEN_LINE, hidden_lines, sanitize_notebook
+from mlsys.grader.sanitize import HIDDEN_LINE, hidden_lines, sanitize_notebook
 
 HIDDEN = "assert_close(double(x), np.array([3.0, -4.0, 2e30]), name=\"double(x)\")"
 SOURCE = {"cells": [
@@ -92,7 +92,7 @@ def test_feedback_and_autograded_notebook_carry_no_hidden_test_and_no_live_marku
     import shutil
     from pathlib import Path
 
-    from mlsys.course import sandbox, teach
+    from mlsys.grader import sandbox, teach
 
     try:
         sandbox.check()

@@ -1,10 +1,10 @@
-"""One verdict type from the verdict process to the graded cell (mlsys.course.verdict)."""
+"""One verdict type from the verdict process to the graded cell (mlsys.grader.decide.verdict)."""
 
 from __future__ import annotations
 
 import pytest
 
-from mlsys.course.verdict import Verdict
+from mlsys.grader.decide.verdict import Verdict
 
 
 def test_the_status_is_a_field_and_the_cell_is_written_from_it():
@@ -32,7 +32,7 @@ def test_a_malformed_verdict_is_a_clear_error():
 
 
 def test_the_verdict_process_sends_the_type():
-    from mlsys.course import trusted
+    from mlsys.grader.decide import trusted
 
     case = trusted.PerfCase.from_dict("perf_double", {"function": "double", "points": 2, "args": {"x": [8]},
                                                       "dtype": "float32", "reference": "x * 2", "baseline": "copy"})

@@ -50,9 +50,9 @@ def per_call(torch, fn, calls=20, rounds=5):  # noqa: ANN001, ANN201
 
 def main() -> int:
     import torch
+    from mlsys.course import perfworker
 
     from mlsys.bench.provenance import provenance
-    from mlsys.course import perfworker
 
     try:
         from mlsys.course import harnesskernels as hk
