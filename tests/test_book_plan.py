@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from mlsys.book import notes, plan, site
+from mlsys import plan
+from mlsys.book import notes, site
 
 ROOT = Path(__file__).resolve().parents[1]
 

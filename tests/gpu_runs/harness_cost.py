@@ -2,8 +2,8 @@
 
 ``python tests/gpu_runs/harness_cost.py OUT.json``: for each lab's timed shapes, the device time per call
 (CUDA events, median of rounds of 20 calls, after a warm-up) of the worker's harness as it is
-(:func:`mlsys.course.perfworker.make_inputs`, :func:`mlsys.course.perfworker.fingerprint`) and of each
-variant in :mod:`mlsys.course.harnesskernels` when that module exists, with and without the torch profiler
+(:func:`mlsys.grader.clean.perfworker.make_inputs`, :func:`mlsys.grader.clean.perfworker.fingerprint`) and of each
+variant in :mod:`mlsys.grader.clean.harnesskernels` when that module exists, with and without the torch profiler
 running (the timed rounds are traced), and the host time per call to launch it.
 """
 
@@ -50,12 +50,12 @@ def per_call(torch, fn, calls=20, rounds=5):  # noqa: ANN001, ANN201
 
 def main() -> int:
     import torch
-    from mlsys.course import perfworker
 
     from mlsys.bench.provenance import provenance
+    from mlsys.grader.clean import perfworker
 
     try:
-        from mlsys.course import harnesskernels as hk
+        from mlsys.grader.clean import harnesskernels as hk
     except ImportError:
         hk = None
     out = {"date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "provenance": provenance("cuda"), "cases": {}}

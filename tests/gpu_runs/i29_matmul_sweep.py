@@ -55,7 +55,7 @@ import torch  # noqa: E402
 
 import mlsys  # noqa: E402
 
-DEVICE = mlsys.course.device.setup()  # before triton: TRITON_INTERPRET=1 where there is no CUDA
+DEVICE = mlsys.labkit.device.setup()  # before triton: TRITON_INTERPRET=1 where there is no CUDA
 
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402

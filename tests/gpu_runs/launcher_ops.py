@@ -69,9 +69,9 @@ def _arguments(lab: str, name: str, torch: Any, device: str) -> list[tuple[Any, 
 
 def main(out: Path | None) -> dict[str, Any]:
     import torch
-    from mlsys.course import checks, grading
 
     from mlsys.bench.provenance import provenance
+    from mlsys.labkit import checks, grading
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     prov = provenance(device)
