@@ -449,3 +449,27 @@ def test_the_size_check_counts_what_the_brief_counts():
     assert size_offences({"new.py": long_fn}) == ["function new.py:g: 61 lines (limit 60)"]
     assert size_offences({"new.py": "x = 1\n" * 601}) == ["module new.py: 601 lines (limit 600)"]
     assert size_offences({"new.py": "x = 1\n" * 600}) == []
+
+
+_RUN_AS_MODULE = re.compile(r"""-m(?: |["'], ["'])(mlsys(?:\.\w+)+)""")
+"""A module run by name (``python -m`` and a dotted name, or the two as argv items): a string no import checks."""
+
+
+def _module_exists(dotted: str) -> bool:
+    path = REPO.joinpath(*dotted.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
+def test_every_module_run_by_name_exists():
+    """A module moved (issue 48: the course's three rooms) leaves no ``-m`` string naming where it was: in the
+    package, scripts, tests, the Makefile, CI, nbgrader's config and the docs a teacher follows."""
+    files = [*PKG.rglob("*.py"), *(REPO / "scripts").rglob("*.py"), *(REPO / "tests").glob("*.py"),
+             *(REPO / "tests" / "gpu_runs").glob("*.py"), REPO / "Makefile", REPO / ".ci" / "run",
+             *(REPO / ".github").rglob("*.yml"), REPO / "labs" / "nbgrader_config.py", REPO / "README.md",
+             *(REPO / "docs").glob("*.md"), *(REPO / "teachers").glob("*.md"), *(REPO / "chapters").glob("*.md")]
+    named = {(m, f.relative_to(REPO).as_posix()) for f in files if f.is_file()
+             for m in _RUN_AS_MODULE.findall(f.read_text(encoding="utf-8"))}
+    assert len({m for m, _ in named}) > 10, "the pattern no longer finds the course's -m strings"
+    missing = sorted(f"{f}: -m {m}" for m, f in named if not _module_exists(m))
+    assert not missing, "no such module:\n" + "\n".join(missing)
+    assert not _module_exists("mlsys.course.teach") and _module_exists("mlsys.grader.teach")
