@@ -28,10 +28,27 @@ def _cell(gid, source, *, solution=False, outputs=(), points=2.0, score=None):
     return cell
 
 
+def _not_graded(cell):
+    """As the grader writes a perf cell it could not grade here: the status in the cell's metadata."""
+    cell["metadata"]["mlsys"] = {"verdict": {"status": "not_graded", "score": None, "reason": ""}}
+    return cell
+
+
+def test_a_printed_not_graded_line_is_not_a_status():
+    """Issue 48 item 5: what reads a graded notebook asks the grader's field, never the text. A refused perf cell
+    whose output carries the not-graded line (an answer printed it) keeps its 0 on the feedback page."""
+    cell = _cell("perf_ring", "...", outputs=[{"output_type": "stream", "name": "stdout", "text": NOT_GRADED + "\n"}])
+    cell["metadata"]["mlsys"] = {"verdict": {"status": "refused", "score": 0.0, "reason": "forbidden op"}}
+    nb = {"cells": [cell], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    assert feedback_marks.ungraded_cells(nb) == {}
+    del cell["metadata"]["mlsys"]  # no field at all: nothing the text says makes it "not graded"
+    assert feedback_marks.ungraded_cells(nb) == {}
+
+
 def test_ungraded_perf_and_pending_written_cells_are_named_not_scored():
     nb = {"cells": [
         _cell("test_ring", "check_ring(...)", points=3.0),
-        _cell("perf_ring", "...", outputs=[{"output_type": "stream", "name": "stdout", "text": NOT_GRADED + "\n"}]),
+        _not_graded(_cell("perf_ring", "...", outputs=[{"output_type": "stream", "name": "stdout", "text": NOT_GRADED + "\n"}])),
         _cell("explain_gap", "my answer", solution=True, points=3.0),
     ], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
     ungraded = feedback_marks.ungraded_cells(nb)

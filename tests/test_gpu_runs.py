@@ -1,4 +1,4 @@
-"""Issue 25's recorded GPU runs (tests/gpu_runs/issue25_trusted_*.json) hold what "done" asks of a GPU grader.
+"""The recorded GPU runs of the verdict process (tests/gpu_runs/verdict_*.json) hold what "done" asks of a GPU grader.
 
 For each step, the newest run that made it is the one judged (a later run re-makes what an earlier one
 showed wrong): every hostile corpus case 0 for what it attacked, every honest one its share (expected.json,
@@ -41,8 +41,8 @@ with the learner's processes stopped through replayed rounds (3691073), gave bot
 
 def _runs() -> list[tuple[int, dict]]:
     out = []
-    for p in RUNS.glob("issue25_trusted_nvidia-*_run*.json"):
-        m = re.fullmatch(r"issue25_trusted_(nvidia-h\d00)_run(\d+)\.json", p.name)
+    for p in RUNS.glob("verdict_nvidia-*_run*.json"):
+        m = re.fullmatch(r"verdict_(nvidia-h\d00)_run(\d+)\.json", p.name)
         if m:
             run = json.loads(p.read_text(encoding="utf-8"))
             run["_device_file"] = m.group(1)
@@ -103,8 +103,8 @@ def test_lab4_ring_on_two_nccl_ranks_refuses_every_attack_and_credits_honest_wor
     instructor and four cases) and run 11's lab4 step (the three cases run 1's budget left out). Every attack of
     tests/bad_submissions/lab4_perf earns 0 for the reason expected.json names; the instructor's ring and the
     two honest cases earn their share of NCCL's all-reduce."""
-    first = json.loads((RUNS / "issue25_lab4_nccl_nvidia-h100-x2_run1.json").read_text())["steps"]["lab4"]
-    later = json.loads((RUNS / "issue25_trusted_nvidia-h100_run11.json").read_text())["steps"]["lab4"]
+    first = json.loads((RUNS / "verdict_lab4_nccl_nvidia-h100-x2_run1.json").read_text())["steps"]["lab4"]
+    later = json.loads((RUNS / "verdict_nvidia-h100_run11.json").read_text())["steps"]["lab4"]
     rows = {**{k: v for k, v in first["corpus"].items() if "verdict" in v and v["verdict"].get("score") is not None},
             **later["corpus"]}
     want = json.loads((Path(__file__).resolve().parent / "bad_submissions" / "lab4_perf" / "expected.json").read_text())
@@ -199,3 +199,25 @@ def test_sandboxed_verdict_on_a_gpu_credits_honest_work_and_binds_one_gpu():
     for attack in ("perf_signal_baseline", "perf_poison_caches"):
         assert max(cases[attack]["evidence"]["baseline_rounds_s"]) <= 1.1 * honest, attack  # the baseline was not slowed
         assert all(s > 0.9 for s in cases[attack]["baseline_ran_share"]), attack  # it ran through every round
+
+
+def test_the_read_sweep_keeps_the_instructors_full_credit_through_the_sandboxed_verdict():
+    """Issue 43 item 4 on one H200: with the grader's rounds clearing the L2 by a read sweep, every recorded grading
+    of the instructor answers (Labs 2, 3, 5) through the sandboxed verdict earned full credit on every case; Lab 3
+    reached ten gradings. The sweep is in the overhead: Lab 3's softmax overhead rounds exceed the 08:33 run's
+    (11.0-11.2 ms) by at least the time to read 256 MiB at the H200's 4.8 TB/s datasheet peak, 20 times (1.1 ms)."""
+    run = json.loads((RUNS / "sandboxed_solutions_read_flush_nvidia-h200_2026-12-02.json").read_text(encoding="utf-8"))
+    assert run["device"] == "NVIDIA H200" and {"torch", "triton", "driver"} <= set(run["software"])
+    counts: dict[str, int] = {}
+    for r in run["runs"]:
+        assert r["mode"] == "bwrap" and r["fatal"] is None and r["ended"] == "done", r
+        assert r["cases"] and all(c["credit"] == 1.0 for c in r["cases"].values()), r
+        counts[r["what"]] = counts.get(r["what"], 0) + 1
+    assert counts["lab3_fusion"] == 10 and counts["lab2_tiled_matmul"] >= 9 and counts["lab5_attention"] >= 6
+    before = json.loads((RUNS / "grader_boundaries_nvidia-h200_2026-12-02.json").read_text(encoding="utf-8"))
+    old = [r for r in before["steps"]["sandboxed"]["runs"] if r["what"] == "lab3_fusion"][0]
+    old_over = min(old["cases"]["perf_softmax"]["overhead_rounds_s"])
+    sweep_s = 20 * 256 * 2**20 / 4.8e12
+    for r in run["runs"]:
+        if r["what"] == "lab3_fusion":
+            assert min(r["cases"]["perf_softmax"]["overhead_rounds_s"]) >= old_over + sweep_s, r

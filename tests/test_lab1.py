@@ -271,19 +271,21 @@ def _learners_cpu_roof() -> tuple[float, float]:
 
 @pytest.mark.slow  # two roofs measured, three times each when refused
 def test_roof_check_bounds_against_this_machine():
-    # the grader's own figures, taken here, bound what it accepts: 3x faster or 20x slower is refused
+    # the grader's own figures, taken here, bound what it accepts: 3x faster or 300x slower is refused
     from mlsys import Q_
     from mlsys.labkit.checks import check_roof_measured_here
     from mlsys.roofline import Roof
 
     peak, bw = _learners_cpu_roof()
     check_roof_measured_here(Roof(Q_(peak, "FLOP/s"), Q_(bw, "byte/s"), "measured"))
-    with pytest.raises(GradingError, match="peak"):  # 30x: beyond 3x even if the machine were 10x busier now
-        check_roof_measured_here(Roof(Q_(30 * peak, "FLOP/s"), Q_(bw, "byte/s"), "typed"))
+    # 300x: beyond 3x even if the learner's roof above was measured 100x slowed (a busy 2-core machine slowed one
+    # 20x, data/grading/lab1_busy_cores.json; this test once saw 30x of its own roof pass while helpers built)
+    with pytest.raises(GradingError, match="peak"):
+        check_roof_measured_here(Roof(Q_(300 * peak, "FLOP/s"), Q_(bw, "byte/s"), "typed"))
     with pytest.raises(GradingError, match="memory bandwidth"):
         check_roof_measured_here(Roof(Q_(peak, "FLOP/s"), Q_(bw / 1000, "byte/s"), "typed"))
     with pytest.raises(GradingError, match=r"peak \(fp32 matmul\) is .*; your roof's memory bandwidth"):
-        check_roof_measured_here(Roof(Q_(30 * peak, "FLOP/s"), Q_(bw * 30, "byte/s"), "typed"))  # both named
+        check_roof_measured_here(Roof(Q_(300 * peak, "FLOP/s"), Q_(bw * 300, "byte/s"), "typed"))  # both named
 
 
 @pytest.mark.slow  # two processes keep both cores busy while the grader measures
@@ -341,9 +343,16 @@ def test_roof_check_measures_again_only_when_the_roof_looks_too_fast(monkeypatch
 
     seen.clear()
     figures = iter([(1e9, 1e9)] * 3)
-    with pytest.raises(GradingError, match=r"peak \(fp32 matmul\) is 1e-05 TFLOP/s, this machine's 0.001 TFLOP/s "
-                                           r"\(0.01 times that\)"):
-        check_roof_measured_here(Roof(Q_(1e7, "FLOP/s"), Q_(1e9, "byte/s"), "typed"))  # 100x slower: beyond 20x
+    with pytest.raises(GradingError, match=r"peak \(fp32 matmul\) is 1e-06 TFLOP/s, this machine's 0.001 TFLOP/s "
+                                           r"\(0.001 times that\) \(about 1000 times off"):
+        check_roof_measured_here(Roof(Q_(1e6, "FLOP/s"), Q_(1e9, "byte/s"), "typed"))  # 1000x slower: a unit slip
+    assert len(seen) == 1
+
+    # issue 48 item 6: an honest peak measured while the grading machine was busy came out 20.3x slower than the
+    # grader's re-measurement (data/grading/lab1_busy_cores.json); the old bound of 20 took its point
+    seen.clear()
+    figures = iter([(1e9, 1e9)] * 3)
+    check_roof_measured_here(Roof(Q_(1e9 / 20.3, "FLOP/s"), Q_(1e9 / 40, "byte/s"), "measured under load"))
     assert len(seen) == 1
 
     seen.clear()

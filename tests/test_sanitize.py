@@ -131,3 +131,29 @@ def test_feedback_and_autograded_notebook_carry_no_hidden_test_and_no_live_marku
             for live in ("<script>document.title", "<svg xmlns=\"http://www.w3.org/2000/svg\" onload",
                          "<img src=x onerror", "href=\"javascript:", "pwned-widget", "widget-state+json"):
                 assert live not in html, f"{name}: {live!r} is live in {page.name}"
+
+
+def test_a_perf_cells_status_survives_sanitizing_and_nothing_else_of_mlsys_does():
+    """What reads the sanitized notebook (the row's score, the feedback page) asks a perf cell's status field; the
+    sanitizer keeps exactly that field (status, score, reason) and drops every other key under ``mlsys``."""
+    nb = _graded()
+    cell = nb["cells"][2]
+    cell["metadata"]["mlsys"] = {"verdict": {"status": "not_graded", "score": None, "reason": "", "evidence": "x"},
+                                 "other": "<script>"}
+    out = sanitize_notebook(nb, SOURCE)
+    assert out["cells"][2]["metadata"]["mlsys"] == {"verdict": {"status": "not_graded", "score": None, "reason": ""}}
+
+
+def test_a_submitted_cells_own_mlsys_field_is_dropped_at_hand_in(tmp_path):
+    """Only the grader writes ``metadata.mlsys``: a submission's forged "not graded" status is removed before any
+    grading, so a cell the grader then leaves unwritten reads as nothing, never as "not graded here"."""
+    from mlsys.grader.decide.verdict import cell_status
+    from mlsys.grader.submission import _normalise_cells
+
+    sub = json.loads(json.dumps(SOURCE))
+    sub["cells"][1]["metadata"]["mlsys"] = {"verdict": {"status": "not_graded", "score": None, "reason": ""}}
+    path = tmp_path / "sub.ipynb"
+    path.write_text(json.dumps(sub))
+    _normalise_cells(path, SOURCE)
+    cell = json.loads(path.read_text())["cells"][1]
+    assert "mlsys" not in cell["metadata"] and cell_status(cell) is None

@@ -38,3 +38,22 @@ def test_the_verdict_process_sends_the_type():
                                                       "dtype": "float32", "reference": "x * 2", "baseline": "copy"})
     d = trusted._verdict(case, 0.25, "", ["line"])
     assert d["status"] == "graded" and d["score"] == 0.5 and Verdict.from_dict(d).credit == 0.25
+
+
+def test_a_perf_cell_its_perf_toml_does_not_name_never_runs_and_earns_nothing(tmp_path):
+    """Issue 48 item 8: no in-notebook performance path. A ``perf_*`` cell without a table in the lab's perf.toml is
+    not measured by anyone: the graded cell says why, its status is ``not_measured`` and no score is written."""
+    import nbformat
+
+    from mlsys.grader.sandboxed_execute import SandboxedExecute
+
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell("result = 1.0  # the learner's own timing")
+    cell.metadata["nbgrader"] = {"grade": True, "grade_id": "perf_new", "points": 2, "solution": False, "locked": True}
+    nb.cells.append(cell)
+    report: dict = {"perf": {}, "fatal": ""}
+    SandboxedExecute()._performance(nb, {"perf": "fake", "cases": {}}, tmp_path, tmp_path, 1e12, report, {0}, nbformat)
+    status = cell.metadata["mlsys"]["verdict"]
+    assert status["status"] == "not_measured" and status["score"] in (None, 0, 0.0), status
+    assert "perf.toml has no [perf_new]" in status["reason"]
+    assert all(o.get("output_type") != "execute_result" for o in cell.outputs), cell.outputs

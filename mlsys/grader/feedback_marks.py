@@ -4,8 +4,8 @@ nbgrader's feedback page gives every graded cell a score, twice (in the list at 
 cell's own header). Two kinds of cell have no score yet, and showing 0 for them tells the learner
 they lost points they did not lose:
 
-* a performance cell (``perf_*``) that printed :data:`mlsys.labkit.grading.NOT_GRADED` ran where
-  there is no GPU: it reads "not graded here (no GPU)";
+* a performance cell (``perf_*``) whose verdict the grader marked ``not_graded`` (metadata.mlsys.verdict: no GPU
+  here; never the cell's printed text, which an answer could print): it reads "not graded here (no GPU)";
 * a written answer (a solution cell with points) that the teacher has not graded yet: it reads
   "pending (graded by your teacher)".
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from mlsys.labkit.grading import NOT_GRADED
+from mlsys.grader.decide.verdict import cell_status
 
 __all__ = ["ungraded_cells", "relabel"]
 
@@ -44,7 +44,7 @@ def ungraded_cells(graded_nb: dict[str, Any]) -> dict[str, str]:
         gid = meta.get("grade_id")
         if not gid or not meta.get("grade"):
             continue
-        if gid.startswith("perf_") and NOT_GRADED in _text(cell):
+        if gid.startswith("perf_") and cell_status(cell) == "not_graded":
             out[gid] = NOT_HERE
         elif is_solution(from_dict(cell)):
             # a notebook file keeps a cell's source as a list of lines; nbgrader's checksum wants one string

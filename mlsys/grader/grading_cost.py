@@ -35,11 +35,11 @@ __all__ = ["GPU_RECORDS", "settings", "Setting", "LabCost", "cpu_seconds", "gpu_
            "class_cost", "slurm_overhead"]
 
 LABS = ("lab1_roofline", "lab2_tiled_matmul", "lab3_fusion", "lab4_collectives", "lab5_attention")
-GPU_RECORDS = ("issue25_trusted_nvidia-h200_run2", "issue25_trusted_nvidia-h200_run3", "issue25_trusted_nvidia-h200_run9",
-               "issue25_trusted_nvidia-h200_run15", "issue25_trusted_nvidia-h200_run16",
-               "issue25_trusted_nvidia-h200_run18", "issue25_trusted_nvidia-h200_run14",
-               "issue25_trusted_nvidia-h100_run11", "issue25_trusted_nvidia-h100_run13",
-               "issue25_trusted_nvidia-h100_run17", "issue25_lab4_nccl_nvidia-h100-x2_run1")
+GPU_RECORDS = ("verdict_nvidia-h200_run2", "verdict_nvidia-h200_run3", "verdict_nvidia-h200_run9",
+               "verdict_nvidia-h200_run15", "verdict_nvidia-h200_run16",
+               "verdict_nvidia-h200_run18", "verdict_nvidia-h200_run14",
+               "verdict_nvidia-h100_run11", "verdict_nvidia-h100_run13",
+               "verdict_nvidia-h100_run17", "verdict_lab4_nccl_nvidia-h100-x2_run1")
 _START = ("verdict_start", "baseline_worker_start", "baseline_prepare", "learner_cells")
 
 

@@ -99,12 +99,9 @@ class SandboxedExecute(Execute):
     def _execute(self, nb: Any, settings: dict[str, Any], src_dir: Path, root: Path, deadline: float,
                  report: dict[str, Any], nbformat: Any) -> None:
         perf_all = {i for i, c in enumerate(nb.cells) if _is_test(c) and str(_nbg(c).get("grade_id", "")).startswith("perf_")}
-        cases = settings.get("cases") or {}
-        if settings.get("perf", "off") == "off":
-            perf_idx = perf_all  # not graded here: none of them runs
-        else:  # cells the lab's perf.toml covers are measured by the trusted process, the rest (legacy) by the notebook
-            perf_idx = {i for i in perf_all if _nbg(nb.cells[i]).get("grade_id") in cases}
-            report["legacy_perf"] = sorted(str(_nbg(nb.cells[i]).get("grade_id")) for i in perf_all - perf_idx)
+        # No perf_* cell runs in the notebook: the verdict process measures the ones the lab's perf.toml names; one it
+        # does not name is "not measured" with that reason (issue 48: the in-notebook performance path is gone)
+        perf_idx = perf_all
         work = root / "run"
         _copy_submission(src_dir, work)
         name = "notebook.ipynb"

@@ -133,6 +133,9 @@ def sanitize_notebook(nb: dict[str, Any], source_nb: dict[str, Any]) -> dict[str
         cell.pop("attachments", None)  # an attachment is shown only where Markdown names it: the course's never do
         meta = cell.get("metadata", {}) or {}
         cell["metadata"] = {k: meta[k] for k in ("nbgrader", "deletable", "editable", "tags") if k in meta}
+        verdict = (meta.get("mlsys") or {}).get("verdict") if isinstance(meta.get("mlsys"), dict) else None
+        if isinstance(verdict, dict):  # a perf cell's status, as the grader wrote it (what reads the notebook asks it)
+            cell["metadata"]["mlsys"] = {"verdict": {k: verdict.get(k) for k in ("status", "score", "reason")}}
     # the notebook's own metadata is the course's: a submission's ``widgets`` state makes nbconvert load the widget
     # manager's JavaScript and render the state's HTML live on the page
     course_meta = source_nb.get("metadata", {}) or {}

@@ -18,6 +18,7 @@ from typing import Any
 
 from mlsys.grader import feedback_marks, sandbox, sanitize
 from mlsys.grader.decide import audit
+from mlsys.grader.decide.verdict import cell_status
 from mlsys.grader.gradedrow import Row, _failed, _finish, _reset, _zero
 from mlsys.grader.nbgraderrun import _run
 from mlsys.grader.rowstore import RowStore
@@ -63,7 +64,7 @@ def score_notebook(source_nb: dict[str, Any], graded_nb: dict[str, Any] | None, 
             perf_cells += 1
             row.performance_max += points
             row.performance_score = float(row.performance_score) + score
-            if cell is not None and any(NOT_GRADED in _text(o) for o in cell.get("outputs", [])):
+            if cell is not None and cell_status(cell) == "not_graded":  # the grader's field, not the output's text
                 perf_not_graded = True
         else:
             row.correctness_max += points
@@ -180,8 +181,6 @@ def _report_notes(row: Row, report: dict[str, Any], timeout: float) -> None:
                          "cells before keep their points")
     elif report.get("fatal"):
         row.notes.append(f"grading stopped early: {report['fatal']}")
-    for gid in report.get("legacy_perf", []):
-        row.notes.append(f"{gid}: measured by the notebook itself (no perf.toml entry), not by the trusted process")
     for gid, v in sorted(report.get("perf", {}).items()):
         if v.get("reason"):
             row.notes.append(f"{gid}: {v['reason']}")
@@ -260,6 +259,8 @@ def _normalise_cells(path: Path, source_nb: dict[str, Any]) -> list[str]:
             cell["metadata"] = meta = {}
             changed = True
         if meta.get("nbgrader") is not None and _course_metadata(meta, known, seen, unknown, restored):
+            changed = True
+        if meta.pop("mlsys", None) is not None:  # the grader's own field (a perf cell's verdict): only it writes one
             changed = True
         if "id" in cell:  # nbformat 4.5 cell ids must be unique too
             while cell["id"] in ids:

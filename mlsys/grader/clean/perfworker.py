@@ -56,7 +56,7 @@ Not the default: on an H200 the light harness cut the grader's device time per c
 softmax: 430 us of fingerprint to under 40), but then a round of a 33 us kernel is bound by the host's
 Python launches (100-300 us per call on the lent machine's CPU, varying from round to round), and Lab 3's
 element-wise kernel earned full credit in 6 gradings of 10 (against 10 of 10 with torch's ops, whose
-device work keeps the GPU the bottleneck): tests/gpu_runs/README.md, runs 5 and 6."""
+device work keeps the GPU the bottleneck): the verdict runs 5 and 6 of 2026-11-26 (git history of tests/gpu_runs)."""
 
 
 def light_harness(device: str) -> bool:
@@ -339,7 +339,7 @@ def _kernel_summary(prof: Any) -> dict[str, list[float]]:
 def _warm_up(torch: Any) -> None:
     """Pay a clean worker's one-time costs before anything is timed or waited for: the CUDA context, the
     kernels of the grader's own per-call work, and the profiler's first start and first report (about 5 s
-    on an H100 in a new process, tests/gpu_runs run 10)."""
+    on an H100 in a new process, verdict run 10 of 2026-11-27, in the git history of tests/gpu_runs)."""
     from torch.profiler import ProfilerActivity, profile
 
     x = make_inputs(torch, [[1024]], torch.float32, 1, "cuda")[0]

@@ -17,11 +17,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Verdict", "STATUSES", "METADATA_KEY"]
+__all__ = ["Verdict", "STATUSES", "METADATA_KEY", "cell_status"]
 
 STATUSES = ("graded", "refused", "not_graded", "not_measured")
 METADATA_KEY = "verdict"
 """Where a graded cell's status is kept: ``cell.metadata["mlsys"]["verdict"]``."""
+
+
+def cell_status(cell: Any) -> str | None:
+    """The status the grader wrote into a graded ``perf_*`` cell (``metadata.mlsys.verdict.status``, one of
+    :data:`STATUSES`), or None where it wrote none. What reads a graded notebook asks this field, never the
+    outputs' text (which an answer could print)."""
+    meta = cell.get("metadata") if hasattr(cell, "get") else None
+    status = (((meta or {}).get("mlsys") or {}).get(METADATA_KEY) or {}).get("status")
+    return status if status in STATUSES else None
 
 
 @dataclass(frozen=True)
