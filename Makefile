@@ -82,10 +82,10 @@ clean:
 
 # Teacher targets (labs/README section of README.md explains them).
 release: $(STAMP)
-	$(BIN)/python -m mlsys.course.teach release
+	$(BIN)/python -m mlsys.grader.teach release
 
 # The release notebooks' visible checks, with the instructor's answers, under each Triton/NumPy combination of
-# mlsys/course/versions.py TESTED (CPU; pip fetches the versions once; 6-10 min per combination on a shared 2-core
+# mlsys/labkit/versions.py TESTED (CPU; pip fetches the versions once; 6-10 min per combination on a shared 2-core
 # machine). CI runs its subset: scripts/test_versions.py --ci (.ci/run).
 test-versions: $(STAMP)
 	$(BIN)/python scripts/test_versions.py
@@ -93,7 +93,7 @@ test-versions: $(STAMP)
 # Each submission runs in a bubblewrap sandbox (teach stops with install advice if bwrap is missing).
 # Extra options: make grade ARGS="lab1_roofline --timeout 1800" (or ARGS=--no-sandbox, loudly logged).
 grade: $(STAMP)
-	$(BIN)/python -m mlsys.course.teach grade $(ARGS)
+	$(BIN)/python -m mlsys.grader.teach grade $(ARGS)
 
 # Measure this machine's roofs and write data/measurements/<device-slug>/roofs.json.
 measure: $(STAMP)

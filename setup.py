@@ -3,7 +3,7 @@
 ``data/measurements/`` (outside the ``mlsys`` folder, where maintainers and the GPU runs write it)
 is installed as ``mlsys/_measurements/``, so an installed course (pip, Colab) shows the recorded
 figures; ``mlsys.datapaths.measurements_dir()`` finds either copy. Likewise ``labs/release/<lab>/perf.toml``
-ships as ``mlsys/_labs/<lab>/perf.toml``, where ``mlsys.course.trusted.find_spec`` finds it last.
+ships as ``mlsys/_labs/<lab>/perf.toml``, where ``mlsys.grader.decide.trusted.find_spec`` finds it last.
 """
 
 from setuptools import find_packages, setup

@@ -1,7 +1,7 @@
 """nbgrader configuration for the course's labs (this folder is the nbgrader course root).
 
 Teachers normally do not call nbgrader directly: ``make release`` and ``make grade`` (``python -m
-mlsys.course.teach``) run it in a scratch copy of this folder with this file, so that the committed
+mlsys.grader.teach``) run it in a scratch copy of this folder with this file, so that the committed
 student versions stay byte-for-byte reproducible and submitted files are never touched.
 """
 
@@ -36,7 +36,7 @@ c.ClearSolutions.text_stub = "YOUR ANSWER HERE (replace this line with your expl
 
 # Per-cell limit while grading: long enough for Triton's JIT and GPU benchmarks, short enough
 # that an endless loop costs one cell. A whole submission also runs under a wall-clock limit in
-# its own process group (mlsys.course.teach grade --timeout), which stops a loop that ignores interrupts.
+# its own process group (mlsys.grader.teach grade --timeout), which stops a loop that ignores interrupts.
 c.Execute.timeout = 600
 c.Execute.interrupt_on_timeout = True
 c.Execute.startup_timeout = 120
@@ -57,10 +57,10 @@ c.LimitOutput.max_traceback = 60
 c.Autograde.create_student = True
 
 # Student code never runs in nbgrader's own process. `make grade` sets MLSYS_SANDBOX: nbgrader then
-# executes each submission in a bubblewrap sandbox (mlsys.course.sandboxed_execute) and performance
+# executes each submission in a bubblewrap sandbox (mlsys.grader.sandboxed_execute) and performance
 # cells get the trusted process's verdict; the gradebook and the scoring stay out here. Plain
 # `nbgrader autograde` and formgrader's Autograde button (no MLSYS_SANDBOX) get the same sandbox and
-# trusted process, set up by mlsys.course.nbgrader_direct, or a refusal that says to use `make grade`
+# trusted process, set up by mlsys.grader.nbgrader_direct, or a refusal that says to use `make grade`
 # (bubblewrap missing, or mlsys not importable): never nbgrader's unsandboxed Execute.
 from nbconvert.preprocessors import ClearMetadataPreprocessor, CSSHTMLHeaderPreprocessor  # noqa: E402
 from nbgrader.preprocessors import (  # noqa: E402
@@ -75,9 +75,9 @@ from nbgrader.preprocessors import (  # noqa: E402
 
 try:
     if os.environ.get("MLSYS_SANDBOX"):
-        from mlsys.course.sandboxed_execute import SandboxedExecute as _Execute
+        from mlsys.grader.sandboxed_execute import SandboxedExecute as _Execute
     else:
-        from mlsys.course.nbgrader_direct import DirectSandboxedExecute as _Execute
+        from mlsys.grader.nbgrader_direct import DirectSandboxedExecute as _Execute
 except Exception as _exc:  # noqa: BLE001 -- any import failure must refuse, not fall back to Execute
     _why = f"the course package mlsys cannot be imported here ({type(_exc).__name__}: {_exc})"
 
@@ -87,7 +87,7 @@ except Exception as _exc:  # noqa: BLE001 -- any import failure must refuse, not
         def preprocess(self, nb, resources):
             raise RuntimeError(
                 f"refusing to run student code outside the course's sandbox: {_why}. Grade with `make grade` "
-                "(python -m mlsys.course.teach grade) from the course's checkout and environment")
+                "(python -m mlsys.grader.teach grade) from the course's checkout and environment")
 
 c.Autograde.autograde_preprocessors = [
     _Execute, IgnorePattern, ClearMetadataPreprocessor, LimitOutput, SaveAutoGrades,
@@ -96,12 +96,12 @@ c.Autograde.autograde_preprocessors = [
 
 # Nothing leaks back, on every route (`make grade`, `nbgrader generate_feedback`, formgrader's Generate Feedback
 # button): the page a learner gets has no hidden test source, no live markup and nothing the learner's code
-# printed after the tests started (mlsys.course.nbgrader_hooks.ReturnableFeedback); without mlsys, no page at all.
+# printed after the tests started (mlsys.grader.nbgrader_hooks.ReturnableFeedback); without mlsys, no page at all.
 # And a failed or refused nbgrader run puts back the folder it removed (a release, a graded notebook).
 try:
-    from mlsys.course.nbgrader_hooks import ReturnableAutograded as _Autograded
-    from mlsys.course.nbgrader_hooks import ReturnableFeedback as _Feedback
-    from mlsys.course.nbgrader_hooks import install_restore_on_failure
+    from mlsys.grader.nbgrader_hooks import ReturnableAutograded as _Autograded
+    from mlsys.grader.nbgrader_hooks import ReturnableFeedback as _Feedback
+    from mlsys.grader.nbgrader_hooks import install_restore_on_failure
 
     install_restore_on_failure()
     # the teacher's autograded copy, which formgrader shows in the teacher's browser, holds no live markup either
@@ -120,5 +120,5 @@ except Exception as _exc:  # noqa: BLE001 -- no sanitizer: refuse to write feedb
 c.GenerateFeedback.preprocessors = [GetGrades, _Feedback, CSSHTMLHeaderPreprocessor]
 
 # `nbgrader export` writes nbgrader_grades.csv: labs/grades.csv is `make grade`'s report (python -m
-# mlsys.course.teach grade), which already holds nbgrader's scores, the written answers graded in formgrader too.
+# mlsys.grader.teach grade), which already holds nbgrader's scores, the written answers graded in formgrader too.
 c.CsvExportPlugin.to = "nbgrader_grades.csv"

@@ -19,8 +19,9 @@ from collections.abc import Sequence
 
 import pint
 
+from mlsys.book.claims import fmt
+
 from . import comm, hardware, numerics, roofline
-from .course.claims import fmt
 from .units import BARE_UNITS, DimensionError, as_amount, as_quantity
 
 __all__ = ["main", "build_parser"]

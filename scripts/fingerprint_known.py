@@ -3,7 +3,7 @@
     python scripts/fingerprint_known.py LAB TUTORIAL.py KERNEL [KERNEL...] --path python/tutorials/X.py --commit SHA
 
 TUTORIAL.py is a local copy of the public file (or of its kernels alone); each KERNEL is a top-level function
-of it. The fingerprints are those `mlsys.course.similarity` computes (k-grams of normalised tokens, names
+of it. The fingerprints are those `mlsys.grader.similarity` computes (k-grams of normalised tokens, names
 renamed), with the line in the kernel where each starts. The code itself stays out of this repository.
 """
 
@@ -14,7 +14,7 @@ import ast
 import json
 from pathlib import Path
 
-from mlsys.course.similarity import K, fingerprints
+from mlsys.grader.similarity import K, fingerprints
 
 
 def kernel_source(text: str, name: str) -> str:

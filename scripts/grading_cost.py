@@ -3,14 +3,14 @@
     nice -n 10 .venv/bin/python scripts/grading_cost.py --out data/grading/grading_cost_cpu.json [LAB...]
 
 For each lab, one student hands in the instructor notebook in a fresh scratch course, and
-``python -m mlsys.course.teach grade LAB --root COURSE --jobs 1`` grades it (bubblewrap sandbox, feedback
+``python -m mlsys.grader.teach grade LAB --root COURSE --jobs 1`` grades it (bubblewrap sandbox, feedback
 pages; the performance tier reports "not graded here" without a GPU). CPU seconds are those of the
 grading and every process it starts, sandboxes included, read from a CPU-accounting cgroup the grading
 runs in (cgroup v1 ``cpuacct.usage`` or v2 ``cpu.stat``; needs root). ``RUSAGE_CHILDREN`` would miss the
 sandboxed processes (bubblewrap's pid namespace): measured here, two seconds of work inside ``bwrap`` showed
 as 0.07 s. On a shared machine CPU seconds vary much less than wall seconds, which the record gives too,
 with the load average at the start.
-The GPU tier's cost comes from the recorded GPU runs (``mlsys.course.grading_cost``), not from here.
+The GPU tier's cost comes from the recorded GPU runs (``mlsys.grader.grading_cost``), not from here.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ class CpuCgroup:
 
 def grade_one(lab: str, tmp: Path) -> dict:
     root = course(tmp / lab, lab, 1, "mlsys_cost_submission")
-    cmd = [sys.executable, "-m", "mlsys.course.teach", "grade", lab, "--root", str(root), "--jobs", "1",
+    cmd = [sys.executable, "-m", "mlsys.grader.teach", "grade", lab, "--root", str(root), "--jobs", "1",
            "--timeout", "3600"]
     load = os.getloadavg()
     group = CpuCgroup(f"mlsys-grading-cost-{os.getpid()}-{lab}")

@@ -29,8 +29,8 @@ sys.path.insert(0, str(REPO))
 
 from _handin import course  # noqa: E402
 
-from mlsys.course import slurm, teach  # noqa: E402
-from mlsys.course.rowstore import RowStore  # noqa: E402
+from mlsys.grader import slurm, teach  # noqa: E402
+from mlsys.grader.rowstore import RowStore  # noqa: E402
 
 LAB = "lab1_roofline"
 

@@ -47,7 +47,7 @@ for gid, src in json.load(open("cells.json")):
     else:
         exec(code, ns)
 import mlsys, torch
-from mlsys.course.trusted import find_spec, load_spec
+from mlsys.grader.decide.trusted import find_spec, load_spec
 spec = str(find_spec("lab2_tiled_matmul"))
 # the performance cell times the function its spec names: it must be the autotuned kernel's wrapper (grouped_kernel)
 fn_name = load_spec(spec)["perf_matmul"].function

@@ -5,7 +5,7 @@ wall time and load average; writes one JSON record per run.
 
 For each lab, N copies of the instructor notebook (each with its own metadata, so each has its own
 checksum and is graded for real) are handed in by N students of a fresh scratch course, then graded
-by ``python -m mlsys.course.teach grade LAB --root COURSE --jobs 1``, the command ``make grade`` runs
+by ``python -m mlsys.grader.teach grade LAB --root COURSE --jobs 1``, the command ``make grade`` runs
 (bubblewrap sandbox, feedback pages, performance cells as the machine allows: "not graded here"
 without a GPU). While it runs, the script watches the course's row store: when a submission's row
 appears it records the 1-, 5- and 15-minute load averages of that moment; the wall time of each
@@ -36,7 +36,7 @@ sys.path.insert(0, str(REPO))
 from _handin import course  # noqa: E402
 
 from mlsys.bench.provenance import provenance  # noqa: E402
-from mlsys.course.teach import lab_names  # noqa: E402
+from mlsys.grader.teach import lab_names  # noqa: E402
 
 
 def _lost_cells(graded: Path) -> list[dict[str, Any]]:
@@ -79,7 +79,7 @@ def grade_lab(lab: str, n: int, tmp: Path, timeout: float) -> dict[str, Any]:
 
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
-    cmd = [sys.executable, "-m", "mlsys.course.teach", "grade", lab, "--root", str(root), "--jobs", "1",
+    cmd = [sys.executable, "-m", "mlsys.grader.teach", "grade", lab, "--root", str(root), "--jobs", "1",
            "--timeout", str(timeout)]
     t0 = time.monotonic()
     load_start = [round(x, 2) for x in os.getloadavg()]
@@ -112,7 +112,7 @@ def grade_lab(lab: str, n: int, tmp: Path, timeout: float) -> dict[str, Any]:
     load1 = [g["load_average_1_5_15"][0] for g in gradings if "load_average_1_5_15" in g]
     return {
         "lab": lab, "gradings": n, "full_marks": sum(g["full_marks"] for g in gradings),
-        "command": f"python -m mlsys.course.teach grade {lab} --root COURSE --jobs 1 --timeout {timeout:g}",
+        "command": f"python -m mlsys.grader.teach grade {lab} --root COURSE --jobs 1 --timeout {timeout:g}",
         "exit_code": proc.returncode, "stderr_tail": proc.stderr[-2000:],
         "total_wall": {"value": round(wall, 1), "unit": "s"},
         "wall_min_median_max": {"value": [round(min(walls), 1), round(statistics.median(walls), 1),

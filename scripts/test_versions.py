@@ -1,16 +1,16 @@
 """Run the release notebooks' visible checks, with the instructor's answers, under other Triton and NumPy versions.
 
-For each combination in :data:`mlsys.course.versions.TESTED` this makes (once) a small virtual environment under
+For each combination in :data:`mlsys.labkit.versions.TESTED` this makes (once) a small virtual environment under
 ``$MLSYS_VERSIONS_DIR`` (default ``/tmp/mlsys-versions``) that holds only that Triton and NumPy (``pip install
 --no-deps``; pip fetches them) and takes everything else (torch, pint, the course package) from the course's
 ``.venv``, behind its own packages. In it, each kernel lab's *release* notebook runs top to bottom on the CPU with its
 answer cells filled from the instructor notebook (the visible checks are the release's own; heavy cells that grade
 nothing are skipped). A combination passes when every visible check passes, or, for a combination listed in
-:data:`mlsys.course.versions.BROKEN` (which the setup cell names to the learner), when every failing check fails
+:data:`mlsys.labkit.versions.BROKEN` (which the setup cell names to the learner), when every failing check fails
 with that known error (most name it: "not your kernel"). Prints a Markdown table for the README and exits 1 on any other failure.
 
 A combination in BROKEN that passes every check is a failure too (BROKEN, and what the setup cell tells the learner,
-would be stale). With ``--ci`` it runs :data:`mlsys.course.versions.CI` only, reports :data:`~mlsys.course.versions.PINNED`
+would be stale). With ``--ci`` it runs :data:`mlsys.labkit.versions.CI` only, reports :data:`~mlsys.labkit.versions.PINNED`
 as covered by ``make test`` (the suite runs every lab in the course's own ``.venv``, which pins it) and builds its
 environments in a temporary folder it removes (nothing is kept between CI runs but pip's own cache).
 
@@ -34,7 +34,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from mlsys.course import versions  # noqa: E402
+from mlsys.labkit import versions  # noqa: E402
 
 LABS = {"lab2_tiled_matmul": ("benchmark", "smem_table", "perf_matmul"),
         "lab3_fusion": ("compare", "count_show", "perf_elementwise", "perf_softmax"),

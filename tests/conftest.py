@@ -16,7 +16,7 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 # Under pytest-xdist (`make test` runs `pytest -n 3`), each worker's own threads get its share of the
 # cores (at least one), so the workers' torch/BLAS pools do not oversubscribe a 2-core machine. Grading slots set
-# their own thread counts (mlsys.course.slots) and are not affected.
+# their own thread counts (mlsys.grader.slots) and are not affected.
 if os.environ.get("PYTEST_XDIST_WORKER"):
     _share = max(1, len(os.sched_getaffinity(0)) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
     for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
@@ -26,7 +26,7 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 # ------------------------------------------------------------------------------------------------
 # The labs' reference kernels, from the instructor notebooks' own cells, executed once per session
 # when a test first asks for them (never at import: a broken notebook fails its tests, it does not
-# stop collection). The test modules call mlsys.course.device.setup() before Triton is imported.
+# stop collection). The test modules call mlsys.labkit.device.setup() before Triton is imported.
 
 import types  # noqa: E402
 
@@ -117,7 +117,7 @@ def graded_lab(tmp_path_factory):
     import shutil
     from pathlib import Path
 
-    from mlsys.course import teach
+    from mlsys.grader import teach
     from mlsys.runtime.paths import lab_notebook, labs_root
 
     done: dict[str, tuple[Path, dict]] = {}

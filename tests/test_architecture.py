@@ -1,11 +1,17 @@
-"""The four rooms and their import rules, checked on the source (docs/ARCHITECTURE.md explains them).
+"""The rooms and their import rules, checked on the source (docs/ARCHITECTURE.md explains them).
 
-The order is models < runtime < bench < course: a room imports only the rooms before it.
+The order is models < runtime < bench < labkit < {book, grader}: a room imports only the rooms before it
+(:data:`MAY_IMPORT`); the book's page helpers and the teacher's grader are siblings that never import each other.
 
 * ``mlsys/*.py`` (the models; ``cli.py``, ``__main__.py`` and the package's ``__init__.py`` are the front door) import nothing from
-  ``mlsys.runtime``, ``mlsys.bench`` or ``mlsys.course``;
-* ``mlsys.runtime`` imports neither ``mlsys.bench`` nor ``mlsys.course``;
-* ``mlsys.bench`` imports no ``mlsys.course`` module, with no exceptions;
+  ``mlsys.runtime``, ``mlsys.bench`` or the course's rooms (``mlsys.labkit``, ``mlsys.book``, ``mlsys.grader``);
+* ``mlsys.runtime`` imports neither ``mlsys.bench`` nor the course's rooms;
+* ``mlsys.bench`` imports none of the course's rooms, with no exceptions;
+* ``mlsys.labkit`` (what a learner's notebook imports) imports neither ``mlsys.book`` nor ``mlsys.grader``;
+  ``mlsys.book`` imports no ``mlsys.grader`` module, nor ``mlsys.grader`` any ``mlsys.book`` module;
+* the grader's trust zones (:data:`ZONES`, folders of ``mlsys/grader``): what decides (``decide``) and what
+  measures clean (``clean``) load nothing of the learner's side (``learnerside``), directly or through any
+  chain of imports; the learner's side imports nothing of what decides, directly or through a chain;
 * no two modules of ``mlsys`` import each other, directly or round a longer loop (imports inside
   functions count);
 * nothing outside ``mlsys/bench`` times GPU code: no ``torch.cuda.Event``, ``perf_counter`` or
@@ -29,17 +35,34 @@ PKG = REPO / "mlsys"
 FRONT_DOOR = {"cli.py", "__main__.py", "__init__.py"}  # the package itself: lazy submodules through mlsys.runtime.lazy
 TIMERS = {"perf_counter", "perf_counter_ns", "Event", "do_bench", "elapsed_time"}
 
-ROOMS = ("models", "runtime", "bench", "course")  # each may import the rooms before it, never one after
+ROOMS = ("models", "runtime", "bench", "labkit", "book", "grader")
+COURSE_ROOMS = ("labkit", "book", "grader")  # the course's three rooms: the learner's, the book's, the teacher's
+MAY_IMPORT: dict[str, set[str]] = {
+    "models": {"models"},
+    "runtime": {"models", "runtime"},
+    "bench": {"models", "runtime", "bench"},
+    "labkit": {"models", "runtime", "bench", "labkit"},
+    "book": {"models", "runtime", "bench", "labkit", "book"},
+    "grader": {"models", "runtime", "bench", "labkit", "grader"},
+}
+"""Which rooms a room's modules may import (its own included): one direction, never back."""
+ZONES = ("learnerside", "clean", "decide")  # the grader's trust zones, each a folder of mlsys/grader
+ZONES_NEVER_REACH: dict[str, set[str]] = {
+    "decide": {"learnerside"},  # what decides loads nothing a learner's process runs next to learner code
+    "clean": {"learnerside"},  # nor does what measures clean
+    "learnerside": {"decide"},  # and the learner's side holds none of what decides
+}
+"""Zone -> the zones it may not reach through any chain of imports (the grader's top level included)."""
 # Exceptions to the room order, each with its reason. It is empty and must stay so: a module two rooms
 # need belongs in the earlier room (mlsys.runtime holds what bench and course share).
 BENCH_MAY_IMPORT: dict[str, str] = {}
 TIMER_ALLOWED = {
     "mlsys/runtime/notebook.py": "records how long each notebook cell took (a report, not a GPU measurement)",
-    "mlsys/course/trusted.py": "the verdict process: its own clock times each round of a worker from outside, "
+    "mlsys/grader/decide/trusted.py": "the verdict process: its own clock times each round of a worker from outside, "
                                "where no answer cell runs (a submission cannot swap it)",
-    "mlsys/course/perfrounds.py": "the verdict process's state (its _Verdict, moved out of trusted.py): the same "
+    "mlsys/grader/decide/perfrounds.py": "the verdict process's state (its _Verdict, moved out of trusted.py): the same "
                                   "outside clock for each round of a worker, where no answer cell runs",
-    "mlsys/course/perfworker.py": "the clean baseline worker times the grader's own work in a round with CUDA events, "
+    "mlsys/grader/clean/perfworker.py": "the clean baseline worker times the grader's own work in a round with CUDA events, "
                                   "so that it can be subtracted from the verdict's round times",
 }
 
@@ -91,6 +114,12 @@ def room(module: str) -> str | None:
     return None if parts[1] in {p.removesuffix(".py") for p in FRONT_DOOR} else "models"
 
 
+def zone(module: str) -> str | None:
+    """The grader's trust zone of an ``mlsys`` module name (``None`` outside the zones' folders)."""
+    parts = module.split(".")
+    return parts[2] if parts[:2] == ["mlsys", "grader"] and len(parts) > 2 and parts[2] in ZONES else None
+
+
 @pytest.mark.parametrize("path", MODELS, ids=lambda p: p.name)
 def test_models_import_no_other_room(path):
     bad = sorted(n for n in imported_modules(path) if any(_in(n, f"mlsys.{r}") for r in ROOMS[1:]))
@@ -99,7 +128,7 @@ def test_models_import_no_other_room(path):
 
 @pytest.mark.parametrize("path", RUNTIME, ids=lambda p: str(p.relative_to(PKG)))
 def test_runtime_imports_neither_bench_nor_course(path):
-    bad = sorted(n for n in imported_modules(path) if _in(n, "mlsys.bench") or _in(n, "mlsys.course"))
+    bad = sorted(n for n in imported_modules(path) if any(_in(n, f"mlsys.{r}") for r in ("bench", *COURSE_ROOMS)))
     assert not bad, f"{path.relative_to(REPO)} is in the runtime room but imports {bad}"
 
 
@@ -109,8 +138,8 @@ def test_bench_may_import_nothing_from_course():
 
 @pytest.mark.parametrize("path", BENCH, ids=lambda p: str(p.relative_to(PKG)))
 def test_bench_imports_nothing_from_course(path):
-    bad = sorted(n for n in imported_modules(path) if _in(n, "mlsys.course"))
-    assert not bad, f"{path.relative_to(REPO)} imports {bad} from mlsys.course (shared code belongs in mlsys.runtime)"
+    bad = sorted(n for n in imported_modules(path) if any(_in(n, f"mlsys.{r}") for r in COURSE_ROOMS))
+    assert not bad, f"{path.relative_to(REPO)} imports {bad} from the course's rooms (shared code belongs in mlsys.runtime)"
 
 
 def import_graph() -> dict[str, set[str]]:
@@ -181,13 +210,75 @@ def test_the_cycle_check_finds_a_loop():
     assert cycles({"a": {"b"}, "b": set()}) == []
 
 
-def test_every_import_goes_down_the_room_order():
+def room_offences(graph: dict[str, set[str]]) -> list[str]:
+    """The edges of ``graph`` from a room to a room it may not import (:data:`MAY_IMPORT`)."""
+    return sorted(f"{m} -> {t}" for m, targets in graph.items() for t in targets
+                  if room(m) and room(t) and room(t) not in MAY_IMPORT[room(m)])
+
+
+def reach(graph: dict[str, set[str]], start: str) -> dict[str, str]:
+    """Every module ``start`` loads through a chain of imports, each with the chain that reaches it."""
+    paths = {start: start}
+    todo = [start]
+    while todo:
+        node = todo.pop()
+        for t in sorted(graph.get(node, ())):
+            if t not in paths:
+                paths[t] = f"{paths[node]} -> {t}"
+                todo.append(t)
+    del paths[start]
+    return paths
+
+
+def zone_offences(graph: dict[str, set[str]]) -> list[str]:
+    """Chains of imports from a trust zone of the grader to a zone it may not reach (:data:`ZONES_NEVER_REACH`)."""
     bad = []
-    for module, targets in import_graph().items():
-        for t in targets:
-            if room(module) and room(t) and ROOMS.index(room(t)) > ROOMS.index(room(module)):
-                bad.append(f"{module} -> {t}")
-    assert not bad, f"imports against the order {' < '.join(ROOMS)}: {sorted(bad)}"
+    for module in sorted(graph):
+        banned = ZONES_NEVER_REACH.get(zone(module) or "", set())
+        bad += [chain for t, chain in reach(graph, module).items() if zone(t) in banned]
+    return sorted(bad)
+
+
+def test_every_import_goes_down_the_room_order():
+    bad = room_offences(import_graph())
+    assert not bad, f"imports against the rooms' order (models < runtime < bench < labkit < book | grader): {bad}"
+
+
+def test_the_grader_zones_keep_apart():
+    bad = zone_offences(import_graph())
+    assert not bad, f"a trust zone of the grader loads one it may not (move what both need out of learnerside): {bad}"
+
+
+def test_every_zone_is_a_folder_of_the_grader_and_nothing_else_is():
+    folders = {p.parent.name for p in (PKG / "grader").glob("*/__init__.py")}
+    assert folders == set(ZONES), f"mlsys/grader's folders {sorted(folders)} are not its trust zones {list(ZONES)}"
+    assert all(len(list((PKG / "grader" / z).glob("*.py"))) > 1 for z in ZONES)
+
+
+def test_the_room_and_zone_checks_catch_a_violating_import():
+    graph = {
+        "mlsys.labkit.grading": {"mlsys.grader.teach"},  # the learner's kit reaching into the grader
+        "mlsys.book.page": {"mlsys.grader.sandbox"},  # the book reaching into the grader
+        "mlsys.grader.teach": {"mlsys.book.site"},  # the grader reaching into the book
+        "mlsys.roofline": {"mlsys.labkit.checks"},  # a model importing the learner's kit
+        "mlsys.bench.timing": {"mlsys.book.claims"},
+        "mlsys.grader.release": {"mlsys.labkit.checks", "mlsys.bench.records"},  # allowed
+        "mlsys.book.site": {"mlsys.labkit.versions"},  # allowed
+    }
+    assert room_offences(graph) == ["mlsys.bench.timing -> mlsys.book.claims", "mlsys.book.page -> mlsys.grader.sandbox",
+                                    "mlsys.grader.teach -> mlsys.book.site", "mlsys.labkit.grading -> mlsys.grader.teach",
+                                    "mlsys.roofline -> mlsys.labkit.checks"]
+    zones = {
+        "mlsys.grader.decide.trusted": {"mlsys.grader.sandboxrun"},  # through the top level ...
+        "mlsys.grader.sandboxrun": {"mlsys.grader.learnerside.cellrunner"},  # ... to the learner's side
+        "mlsys.grader.clean.perfworker": {"mlsys.grader.learnerside.worker"},
+        "mlsys.grader.learnerside.testcells": {"mlsys.grader.decide.verdict"},
+        "mlsys.grader.learnerside.worker": {"mlsys.labkit.proxy", "mlsys.grader.clean.perfwire"},  # allowed
+    }
+    assert zone_offences(zones) == [
+        "mlsys.grader.clean.perfworker -> mlsys.grader.learnerside.worker",
+        "mlsys.grader.decide.trusted -> mlsys.grader.sandboxrun -> mlsys.grader.learnerside.cellrunner",
+        "mlsys.grader.learnerside.testcells -> mlsys.grader.decide.verdict"]
 
 
 def _timer_uses(source: str, where: str) -> list[str]:
@@ -280,17 +371,17 @@ def test_the_architecture_page_names_every_module():
 
 
 
-# The grader's size limits (issue 48, "a size it can keep"): no module of mlsys/course over MAX_MODULE_LINES
+# The grader's size limits (issue 48, "a size it can keep"): no module of the course's rooms (mlsys/labkit,
+# mlsys/book, mlsys/grader) over MAX_MODULE_LINES
 # lines, no function over MAX_FUNCTION_LINES lines (def line to last line); complexity is ruff's C901
 # (pyproject.toml, max-complexity 15). The tables below hold what is not split yet, each at its size when it
 # was listed: a ceiling that may only come down. Anything else over a limit, or a listed one that grew, fails.
 MAX_MODULE_LINES = 600
 MAX_FUNCTION_LINES = 60
-COURSE = PKG / "course"
 MODULES_NOT_YET_SPLIT: dict[str, int] = {
 }
 FUNCTIONS_NOT_YET_SPLIT: dict[str, int] = {
-    "cellrunner.py:main": 123,
+    "grader/learnerside/cellrunner.py:main": 123,
 }
 
 
@@ -314,7 +405,7 @@ def function_sizes(source: str, where: str) -> dict[str, int]:
 
 
 def size_offences(files: dict[str, str]) -> list[str]:
-    """What breaks the size limits in ``files`` (name relative to mlsys/course -> source), against the tables."""
+    """What breaks the size limits in ``files`` (name relative to mlsys -> source), against the tables."""
     bad = []
     for rel, source in sorted(files.items()):
         lines = len(source.splitlines())
@@ -329,7 +420,8 @@ def size_offences(files: dict[str, str]) -> list[str]:
 
 
 def _course_sources() -> dict[str, str]:
-    return {p.relative_to(COURSE).as_posix(): p.read_text(encoding="utf-8") for p in sorted(COURSE.rglob("*.py"))}
+    return {p.relative_to(PKG).as_posix(): p.read_text(encoding="utf-8")
+            for r in COURSE_ROOMS for p in sorted((PKG / r).rglob("*.py"))}
 
 
 def test_the_grader_keeps_its_size():
@@ -357,3 +449,27 @@ def test_the_size_check_counts_what_the_brief_counts():
     assert size_offences({"new.py": long_fn}) == ["function new.py:g: 61 lines (limit 60)"]
     assert size_offences({"new.py": "x = 1\n" * 601}) == ["module new.py: 601 lines (limit 600)"]
     assert size_offences({"new.py": "x = 1\n" * 600}) == []
+
+
+_RUN_AS_MODULE = re.compile(r"""-m(?: |["'], ["'])(mlsys(?:\.\w+)+)""")
+"""A module run by name (``python -m`` and a dotted name, or the two as argv items): a string no import checks."""
+
+
+def _module_exists(dotted: str) -> bool:
+    path = REPO.joinpath(*dotted.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
+def test_every_module_run_by_name_exists():
+    """A module moved (issue 48: the course's three rooms) leaves no ``-m`` string naming where it was: in the
+    package, scripts, tests, the Makefile, CI, nbgrader's config and the docs a teacher follows."""
+    files = [*PKG.rglob("*.py"), *(REPO / "scripts").rglob("*.py"), *(REPO / "tests").glob("*.py"),
+             *(REPO / "tests" / "gpu_runs").glob("*.py"), REPO / "Makefile", REPO / ".ci" / "run",
+             *(REPO / ".github").rglob("*.yml"), REPO / "labs" / "nbgrader_config.py", REPO / "README.md",
+             *(REPO / "docs").glob("*.md"), *(REPO / "teachers").glob("*.md"), *(REPO / "chapters").glob("*.md")]
+    named = {(m, f.relative_to(REPO).as_posix()) for f in files if f.is_file()
+             for m in _RUN_AS_MODULE.findall(f.read_text(encoding="utf-8"))}
+    assert len({m for m, _ in named}) > 10, "the pattern no longer finds the course's -m strings"
+    missing = sorted(f"{f}: -m {m}" for m, f in named if not _module_exists(m))
+    assert not missing, "no such module:\n" + "\n".join(missing)
+    assert not _module_exists(".".join(("mlsys", "course", "teach"))) and _module_exists("mlsys.grader.teach")  # gone, moved

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from mlsys.course.audit import audit_notebook, audit_source, format_flags
+from mlsys.grader.decide.audit import audit_notebook, audit_source, format_flags
 
 LABS = Path(__file__).resolve().parent.parent / "labs"
 
@@ -43,7 +43,7 @@ LABS = Path(__file__).resolve().parent.parent / "labs"
     ("import scipy.linalg", "import", "import scipy.linalg"),
     ("from . import helper", "import", "relative import"),
     ("from torch.utils._python_dispatch import TorchDispatchMode", "introspection", "import torch.utils._python_dispatch"),
-    ("from mlsys.course import trusted", "introspection", "mlsys.course.trusted"),
+    ("from mlsys.grader.decide import trusted", "introspection", "mlsys.grader.decide.trusted"),
     # get_ipython in any spelling
     ("import IPython\nIPython.get_ipython().input_transformers_post.append(f)", "introspection", "get_ipython"),
     ("from IPython import get_ipython as g\ng().events.register('pre_run_cell', f)", "introspection", "get_ipython"),
@@ -134,15 +134,15 @@ def test_instructor_solutions_raise_no_flag(lab):
 
 
 def test_rebinding_a_name_the_course_imported_is_flagged():
-    given = {"cells": [{"cell_type": "code", "metadata": {}, "source": "from mlsys.course import grading\nimport torch"}]}
+    given = {"cells": [{"cell_type": "code", "metadata": {}, "source": "from mlsys.labkit import grading\nimport torch"}]}
     nb = {"cells": [{"cell_type": "code", "metadata": {}, "source": src} for src in (
         "import types\ngrading = types.SimpleNamespace(assert_close=lambda *a, **k: None)",
         "def grading():\n    pass",
-        "import torch\nfrom mlsys.course import grading",  # the same things again: not a flag
+        "import torch\nfrom mlsys.labkit import grading",  # the same things again: not a flag
     )]}
     flags = [f for f in audit_notebook(nb, given) if "rebinds" in f.what]
     assert [(f.cell, f.kind) for f in flags] == [(0, "patching"), (1, "patching")], [str(f) for f in flags]
-    assert "rebinds the course's name 'grading' (mlsys.course.grading)" in flags[0].what
+    assert "rebinds the course's name 'grading' (mlsys.labkit.grading)" in flags[0].what
 
 
 @pytest.mark.parametrize("src,kind", [
@@ -152,7 +152,7 @@ def test_rebinding_a_name_the_course_imported_is_flagged():
     # a module reached as an attribute of a library module, or named in a string
     ("import torch\nw = torch.sys.modules['x']\n", "introspection"),
     ("import numpy as np\nnp.os.system('id')\n", "process"),
-    ("m = modules['mlsys.course.worker']\n", "introspection"),
+    ("m = modules['mlsys.grader.learnerside.worker']\n", "introspection"),
     ("m = modules.get('sys')\n", "introspection"),
     # a course function or a tensor method replaced on an object reached some other way
     ("w = find()\nw.dispatch_recorder = lambda: None\n", "patching"),
@@ -169,8 +169,8 @@ def test_rebinding_a_name_the_course_imported_is_flagged():
     ("from functools import reduce\nimport mlsys\nf = reduce(getattr, ['roofline', 'bound'], mlsys)\n", "dynamic"),
     ("w = find()\nw.__dict__.update(x=1)\n", "dynamic"),
     # the grader's own machinery used as a tool: run_isolated forks a process whose work no record sees
-    ("from mlsys.course.grading import run_isolated\n", "introspection"),
-    ("import mlsys\nc = mlsys.course.checks.calls_of(f, 'g')\n", "introspection"),
+    ("from mlsys.labkit.grading import run_isolated\n", "introspection"),
+    ("import mlsys\nc = mlsys.labkit.checks.calls_of(f, 'g')\n", "introspection"),
     # an IPython event hook on a shell object not named like one, and the profile hook the worker's record uses
     ("shell = thing()\nshell.events.register('pre_run_cell', f)\n", "introspection"),
     ("import torch\ntorch.sys.setprofile(None)\n", "introspection"),
@@ -202,10 +202,10 @@ def test_roundabout_ways_to_the_grader_are_flagged(src, kind):
 
 def test_the_graders_modules_through_a_name_the_course_imported_are_flagged():
     """A lab's set-up cell imports ``checks`` and ``grading``; an answer that calls ``grading.run_isolated`` uses the
-    grader's machinery (its forked child's work is in no record), one that asks ``mlsys.course.device`` is fine."""
-    course = {"grading": "mlsys.course.grading", "checks": "mlsys.course.checks", "mlsys": "mlsys"}
-    flags = audit_source("out = grading.run_isolated(f, a)\nok = mlsys.course.device.triton_interpreted()\n"
-                         "grading.assert_close(out, a)\nfrom mlsys.course.grading import GradingError\n", 1, course)
+    grader's machinery (its forked child's work is in no record), one that asks ``mlsys.labkit.device`` is fine."""
+    course = {"grading": "mlsys.labkit.grading", "checks": "mlsys.labkit.checks", "mlsys": "mlsys"}
+    flags = audit_source("out = grading.run_isolated(f, a)\nok = mlsys.labkit.device.triton_interpreted()\n"
+                         "grading.assert_close(out, a)\nfrom mlsys.labkit.grading import GradingError\n", 1, course)
     assert [(f.line, f.kind) for f in flags] == [(1, "introspection")], flags
 
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from mlsys.book import notes, plan
-from mlsys.course import site
+from mlsys import plan
+from mlsys.book import notes, site
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -96,7 +96,7 @@ def test_measurement_notes_refuse_a_record_without_a_device():
 
 def test_the_notes_re_measure_command_names_a_real_experiment_and_its_record_exists():
     from mlsys.bench import experiment
-    from mlsys.course.page import reference
+    from mlsys.book.page import reference
 
     rec = reference("divergence")
     assert "divergence" in experiment.catalogue()

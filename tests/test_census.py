@@ -1,4 +1,4 @@
-"""The grader's census of the sandbox's processes (mlsys.course.census), on a hand-made /proc.
+"""The grader's census of the sandbox's processes (mlsys.grader.learnerside.census), on a hand-made /proc.
 
 The process trees below are written out by hand: PID 1 (the sandbox's init) -> 2 (the grader, "me") ->
 3 (the learner's kernel) -> children. Which of them is a stranger follows from the module's rules, read
@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from mlsys.course import census as c
-from mlsys.course.teach import _stranger_flags
+from mlsys.grader.learnerside import census as c
+from mlsys.grader.teach import _stranger_flags
 
 
 def _proc(root: Path, pid: int, ppid: int, argv: list[str], exe: str | None = None, state: str = "S") -> None:
@@ -26,7 +26,7 @@ def _proc(root: Path, pid: int, ppid: int, argv: list[str], exe: str | None = No
 
 def _tree(root: Path) -> None:
     _proc(root, 1, 0, ["bwrap"], "/usr/bin/bwrap")
-    _proc(root, 2, 1, ["python", "-m", "mlsys.course.cellrunner"], "/usr/bin/python3.11")
+    _proc(root, 2, 1, ["python", "-m", "mlsys.grader.learnerside.cellrunner"], "/usr/bin/python3.11")
     _proc(root, 3, 2, ["python", "-m", "ipykernel_launcher"], "/usr/bin/python3.11")
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from mlsys.course import notebooks, site
+from mlsys.book import notebooks, site
 
 ROOT = Path(__file__).resolve().parents[1]
 PART1 = ["01_why_accelerators", "02_journey_of_a_matmul", "03_host_and_device", "04_execution_model",
@@ -65,7 +65,7 @@ def test_colab_opens_the_committed_notebook_on_github():
 
 def test_every_chapter_has_a_fresh_notebook():
     problems = notebooks.stale(ROOT)
-    assert not problems, "\n".join(problems) + "\nrun `python -m mlsys.course.notebooks write`"
+    assert not problems, "\n".join(problems) + "\nrun `python -m mlsys.book.notebooks write`"
     assert len(list((ROOT / "notebooks").glob("*.ipynb"))) == len(list((ROOT / "chapters").glob("*.md")))
 
 

@@ -150,7 +150,7 @@ def hidden_model_code(md: str) -> list[str]:
 
 
 def test_the_checks_see_hidden_model_code_and_shown_calls():
-    md = ("```{code-cell} ipython3\n:tags: [remove-cell]\nfrom mlsys import comm\nfrom mlsys.course.page import glue\n"
+    md = ("```{code-cell} ipython3\n:tags: [remove-cell]\nfrom mlsys import comm\nfrom mlsys.book.page import glue\n"
           "def f(n):\n    return 2 * n\ng = lambda r: r['x']\n```\n\n"
           "```{code-cell} ipython3\nglue('a', 1)\n```\n")
     assert [b.split(": ")[1] for b in hidden_model_code(md)] == ["f"]
@@ -207,7 +207,7 @@ def test_the_slug_check_knows_the_recorded_devices_and_finds_one():
 @pytest.mark.parametrize("path", CHAPTERS + [ROOT / "intro.md"], ids=[p.stem for p in CHAPTERS] + ["intro"])
 def test_no_device_slug_typed_in_a_chapter(path):
     found = slug_literals(path.read_text(encoding="utf-8"))
-    assert not found, (f"{path.name} types the device slug(s) {found}; use mlsys.course.page's REFERENCE_DEVICE / "
+    assert not found, (f"{path.name} types the device slug(s) {found}; use mlsys.book.page's REFERENCE_DEVICE / "
                        "SECOND_DEVICE, reference() / second() and recorded_in()")
 
 
@@ -217,5 +217,5 @@ def test_no_device_slug_typed_in_a_lab(path):
 
     text = "\n".join("".join(c["source"]) for c in json.loads(path.read_text(encoding="utf-8"))["cells"])
     found = slug_literals(text)
-    assert not found, (f"{path.name} types the device slug(s) {found}; use mlsys.course.page's REFERENCE_DEVICE / "
+    assert not found, (f"{path.name} types the device slug(s) {found}; use mlsys.book.page's REFERENCE_DEVICE / "
                        "SECOND_DEVICE")

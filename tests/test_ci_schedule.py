@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from conftest import LONGEST, _order
 
-from mlsys.course import teach
+from mlsys.grader import teach
 
 TESTS = Path(__file__).resolve().parent
 

@@ -24,9 +24,9 @@ from pathlib import Path
 
 import pytest
 
-from mlsys.course import slurm, teach
-from mlsys.course.rowstore import RowStore, submission_key
-from mlsys.course.slots import make_slots
+from mlsys.grader import slurm, teach
+from mlsys.grader.rowstore import RowStore, submission_key
+from mlsys.grader.slots import make_slots
 from mlsys.runtime.processes import live_processes_with
 
 REPO = Path(__file__).resolve().parent.parent
@@ -80,7 +80,7 @@ def _awkward_corpus(root: Path) -> None:
 
 
 def _sandbox_or_skip() -> None:
-    from mlsys.course import sandbox
+    from mlsys.grader import sandbox
 
     try:
         sandbox.check()
@@ -340,7 +340,7 @@ def test_interrupted_run_resumes_without_regrading_finished_rows(tmp_path):
     slow["cells"][at]["source"] += "\nimport time\n\ntime.sleep(8)\n"
     for name in ("ben", "cid"):
         _put(root, name, slow)
-    cmd = [sys.executable, "-m", "mlsys.course.teach", "grade", "--root", str(root), "--timeout", "300",
+    cmd = [sys.executable, "-m", "mlsys.grader.teach", "grade", "--root", str(root), "--timeout", "300",
            "--perf", "off", "--no-feedback"]
     env = dict(os.environ, PYTHONPATH=str(REPO))
     proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -418,13 +418,13 @@ def test_nbgrader_autograde_called_directly_runs_in_the_sandbox(tmp_path):
     graded = json.loads((root / "autograded" / "mallory" / "lab0_tiny" / "lab0_tiny.ipynb").read_text())
     text = "".join("".join(o.get("text", "")) for o in graded["cells"][at]["outputs"])
     # the sandbox's uid is unprivileged: 1000 inside a user namespace, 65534 (nobody) where a root grader
-    # drops privileges with setpriv (mlsys.course.sandbox); never 0
+    # drops privileges with setpriv (mlsys.grader.sandbox); never 0
     found = re.search(r"HOST sandbox UID (\d+)", text)
     assert found and int(found.group(1)) != 0, text
     assert f"BLOCKED {root / 'PWNED'}" in text and not (root / "PWNED").exists()
     scores = [c for c in graded["cells"] if c["metadata"].get("nbgrader", {}).get("grade_id") == "test_double"]
     assert scores and not any(o.get("output_type") == "error" for o in scores[0]["outputs"])
-    # the teacher's copy that formgrader shows is sanitised as make grade's is (mlsys.course.nbgrader_hooks)
+    # the teacher's copy that formgrader shows is sanitised as make grade's is (mlsys.grader.nbgrader_hooks)
     assert "BEGIN HIDDEN TESTS" not in json.dumps(graded)
 
 
@@ -490,7 +490,7 @@ def test_progress_line_counts_and_estimates_time_left():
 def test_sbatch_script_is_one_array_with_the_teachers_options(tmp_path):
     opts = slurm.SlurmOptions(partition="gpu", gres="gpu:1", time="30:00", cpus_per_task=4, max_running=2,
                               extra=("--account=cs598",))
-    text = slurm.batch_script(["/venv/bin/python", "-m", "mlsys.course.teach", "grade-task", "/c/m.json"],
+    text = slurm.batch_script(["/venv/bin/python", "-m", "mlsys.grader.teach", "grade-task", "/c/m.json"],
                               env={"PYTHONPATH": "/c o"}, log_dir=tmp_path, tasks=300, name="g", options=opts)
     lines = text.splitlines()
     assert lines[0] == "#!/bin/bash"
@@ -498,7 +498,7 @@ def test_sbatch_script_is_one_array_with_the_teachers_options(tmp_path):
                  "#SBATCH --cpus-per-task=4", "#SBATCH --account=cs598",
                  "export PYTHONPATH='/c o'"):
         assert want in lines, want
-    assert lines[-1] == 'exec /venv/bin/python -m mlsys.course.teach grade-task /c/m.json "$SLURM_ARRAY_TASK_ID"'
+    assert lines[-1] == 'exec /venv/bin/python -m mlsys.grader.teach grade-task /c/m.json "$SLURM_ARRAY_TASK_ID"'
     proc = subprocess.run(["bash", "-n"], input=text, text=True, capture_output=True)
     assert proc.returncode == 0, proc.stderr
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from mlsys.course import site
+from mlsys.book import site
 
 REPO = Path(__file__).resolve().parents[1]
 LABS = REPO / "labs" / "source"
@@ -87,7 +87,7 @@ def test_apply_rewrites_a_fork_url_everywhere(tmp_path):
 
 
 def test_labs_and_their_chapters_link_both_ways():
-    """mlsys.book.plan names the chapter that teaches each lab: the lab names that chapter (site.check above)
+    """mlsys.plan names the chapter that teaches each lab: the lab names that chapter (site.check above)
     and the chapter links to the lab with a {doc} reference (so the book resolves it, and the browser test
     follows it)."""
     chapters = site.lab_chapters(REPO)
@@ -107,8 +107,8 @@ _RUN = textwrap.dedent('''
         linecache.cache[f"<{gid}>"] = (len(src), None, src.splitlines(True), f"<{gid}>")
         exec(compile(src, f"<{gid}>", "exec"), ns)
     import mlsys
-    from mlsys.course import page
-    from mlsys.course.trusted import find_spec  # the performance cells' specs, for a speed preview on a GPU
+    from mlsys.book import page
+    from mlsys.grader.decide.trusted import find_spec  # the performance cells' specs, for a speed preview on a GPU
     json.dump({"mlsys": mlsys.__file__, "lab2": page.reference("lab2_matmul").device,
                "lab3": page.reference("lab3_fusion").device,
                "perf": {lab: str(find_spec(lab)) for lab in ("lab2_tiled_matmul", "lab3_fusion", "lab5_attention")}},

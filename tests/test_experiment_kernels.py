@@ -12,7 +12,7 @@ import pytest
 
 import mlsys
 
-mlsys.course.device.setup()  # TRITON_INTERPRET=1 without CUDA, before triton is imported
+mlsys.labkit.device.setup()  # TRITON_INTERPRET=1 without CUDA, before triton is imported
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
@@ -21,7 +21,7 @@ from mlsys.bench.experiments import _matmul, kernel_artefacts, ncu_lab2  # noqa:
 from mlsys.runtime.notebook import code_cells  # noqa: E402
 from mlsys.runtime.paths import checkout, lab_notebook  # noqa: E402
 
-DEVICE = mlsys.course.device.default_device()
+DEVICE = mlsys.labkit.device.default_device()
 
 
 def _expected(a, b):

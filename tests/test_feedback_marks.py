@@ -1,7 +1,7 @@
 """The feedback page says "not graded here" and "pending" for cells without a score, never 0.0 (issue 30)."""
 
-from mlsys.course import feedback_marks
-from mlsys.course.grading import NOT_GRADED
+from mlsys.grader import feedback_marks
+from mlsys.labkit.grading import NOT_GRADED
 
 # the two places nbgrader 0.9's feedback template puts a cell's score (copied from its documentation's example)
 PAGE = """<ul>

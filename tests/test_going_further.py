@@ -11,7 +11,7 @@ import pytest
 
 import mlsys
 
-mlsys.course.device.setup(check_versions=False)  # TRITON_INTERPRET=1 without CUDA, before triton is imported
+mlsys.labkit.device.setup(check_versions=False)  # TRITON_INTERPRET=1 without CUDA, before triton is imported
 
 from mlsys.runtime import notebook as nbexec  # noqa: E402
 

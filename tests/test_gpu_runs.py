@@ -28,7 +28,7 @@ def _expected(name: str) -> float | None:
 DEVICES = {"nvidia-h200": "NVIDIA H200", "nvidia-h100": "NVIDIA H100 80GB HBM3"}
 """The devices runs were recorded on (file name -> the name in the run's provenance). Runs are numbered across
 devices: runs 1-9 on one H200 (2026-11-25/26), runs 10-12 on one H100 of a two-GPU machine (2026-11-27), the
-first runs of the replayed timed rounds (mlsys.course.replay), runs 13 and 17 on one H100, runs 14-16 on one H200
+first runs of the replayed timed rounds (mlsys.grader.clean.replay), runs 13 and 17 on one H100, runs 14-16 on one H200
 (2026-11-27/28)."""
 
 KNOWN_MISSES: dict[tuple[str, int, str], str] = {}
@@ -148,7 +148,7 @@ def test_instructor_launchers_dispatch_only_what_a_kernel_exercise_allows_on_a_g
     dispatch recorder: each op it recorded is judged here by today's patterns (not by the run's own verdict)."""
     import fnmatch
 
-    from mlsys.course import grading
+    from mlsys.labkit import grading
 
     run = json.loads((RUNS / "launcher_ops_nvidia-h200.json").read_text(encoding="utf-8"))
     assert run["provenance"]["device"]["name"] == DEVICES["nvidia-h200"]

@@ -1,4 +1,4 @@
-"""mlsys.course.grading: the checks lab test cells use, and the cheats they must catch."""
+"""mlsys.labkit.grading: the checks lab test cells use, and the cheats they must catch."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from mlsys import Q_
-from mlsys.course import grading
-from mlsys.course.grading import GradingError
+from mlsys.labkit import grading
+from mlsys.labkit.grading import GradingError
 
 torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
@@ -248,7 +248,7 @@ def test_library_calls_through_imports_inside_the_function_are_detected():
 
 
 def test_points_are_a_bare_number_for_nbgrader_and_a_sentence_in_the_notebook():
-    from mlsys.course.grading import Points, award
+    from mlsys.labkit.grading import Points, award
 
     p = award(2, 0.75)
     assert p == 1.5 and repr(p) == "1.5" and float(p) == 1.5  # nbgrader parses text/plain: float(repr)

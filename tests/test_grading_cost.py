@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from mlsys.course import grading_cost as gc
+from mlsys.grader import grading_cost as gc
 
 
 def test_one_grading_is_the_verdict_start_plus_one_repeat_of_the_cases():

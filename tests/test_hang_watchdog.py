@@ -25,7 +25,7 @@ ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 @pytest.mark.slow
 def test_a_call_that_never_returns_ends_the_process_with_a_message_and_signs_of_life():
     code = textwrap.dedent("""
-        from mlsys.course import watchdog
+        from mlsys.labkit import watchdog
         with watchdog.watch("spin check", limit=2.5, heartbeat=1.0):
             while True:
                 pass
@@ -33,7 +33,7 @@ def test_a_call_that_never_returns_ends_the_process_with_a_message_and_signs_of_
     t0 = time.monotonic()
     proc = subprocess.run([sys.executable, "-c", code], env=ENV, capture_output=True, text=True, timeout=60)
     took = time.monotonic() - t0
-    from mlsys.course import watchdog
+    from mlsys.labkit import watchdog
 
     assert proc.returncode == watchdog.EXIT_CODE == 86
     assert proc.stderr == ""  # nbgrader scores any stderr as a failure
@@ -45,7 +45,7 @@ def test_a_call_that_never_returns_ends_the_process_with_a_message_and_signs_of_
 
 
 def test_a_call_that_returns_is_left_alone():
-    from mlsys.course import watchdog
+    from mlsys.labkit import watchdog
 
     with watchdog.watch("quick", limit=0.5, heartbeat=0.2):
         pass
@@ -69,7 +69,7 @@ def _notebook(tmp: Path, cells: list[tuple[str, str | None]]) -> Path:
 
 def _run_cells(tmp: Path, job: dict) -> dict[int, dict]:
     nonce = secrets.token_hex(8)
-    proc = subprocess.run([sys.executable, "-m", "mlsys.course.cellrunner"], input=json.dumps({**job, "nonce": nonce}),
+    proc = subprocess.run([sys.executable, "-m", "mlsys.grader.learnerside.cellrunner"], input=json.dumps({**job, "nonce": nonce}),
                           env=ENV, cwd=tmp, capture_output=True, text=True, timeout=240)
     items = [json.loads(line.split(" ", 1)[1]) for line in proc.stdout.splitlines() if line.startswith(nonce + " ")]
     assert items and items[-1].get("done"), proc.stdout[-2000:] + proc.stderr[-2000:]
@@ -81,7 +81,7 @@ def _text(item: dict) -> str:
     return "\n".join(str(o.get("text", "")) + str(o.get("evalue", "")) for o in item["outputs"])
 
 
-SETUP = "from mlsys.course import watchdog\nwatchdog.GPU_LIMIT, watchdog.HEARTBEAT = 3.0, 1.0"
+SETUP = "from mlsys.labkit import watchdog\nwatchdog.GPU_LIMIT, watchdog.HEARTBEAT = 3.0, 1.0"
 ANSWER = ("x = 41\n\n\ndef spin():\n    with watchdog.watch('spin', active=True):  # as on a GPU\n"
           "        while True:\n            pass\n")
 
@@ -101,7 +101,7 @@ def test_grading_restarts_the_kernel_after_a_hang_and_goes_on(tmp_path):
 
 @pytest.mark.slow
 def test_grading_restarts_the_kernel_after_a_hang_in_a_call_from_a_grader_side_test(tmp_path):
-    """Test cells in the grader (mlsys.course.testcells): the hang happens in the learner's kernel during the
+    """Test cells in the grader (mlsys.grader.learnerside.testcells): the hang happens in the learner's kernel during the
     grader's call; the grader names it, starts a fresh kernel and the next test cell reaches x again."""
     _notebook(tmp_path, [(SETUP, None), (ANSWER, None), ("spin()", "test_spin"),
                          ("assert x + 1 == 42\nprint('x is back')", "test_after")])

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from mlsys.course import cellrunner
+from mlsys.grader.learnerside import cellrunner
 
 
 class SlowStarts:

@@ -2,7 +2,7 @@
 
 The notebook's code cells run here in one namespace, in order (as a kernel would), with chosen
 solution cells replaced by a learner's wrong answer; the visible self-checks or the hidden tests
-must then raise :class:`mlsys.course.grading.GradingError` with a message that names the mistake.
+must then raise :class:`mlsys.labkit.grading.GradingError` with a message that names the mistake.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from mlsys.course.grading import GradingError
+from mlsys.labkit.grading import GradingError
 
 NB = Path(__file__).resolve().parent.parent / "labs" / "source" / "lab1_roofline" / "lab1_roofline.ipynb"
 assert NB.is_file(), f"{NB} is missing"  # a missing notebook is a failure, never a skip
@@ -273,7 +273,7 @@ def _learners_cpu_roof() -> tuple[float, float]:
 def test_roof_check_bounds_against_this_machine():
     # the grader's own figures, taken here, bound what it accepts: 3x faster or 300x slower is refused
     from mlsys import Q_
-    from mlsys.course.checks import check_roof_measured_here
+    from mlsys.labkit.checks import check_roof_measured_here
     from mlsys.roofline import Roof
 
     peak, bw = _learners_cpu_roof()
@@ -297,7 +297,7 @@ def test_roof_check_holds_an_honest_roof_on_a_busy_machine():
     import sys
 
     from mlsys import Q_
-    from mlsys.course.checks import check_roof_measured_here
+    from mlsys.labkit.checks import check_roof_measured_here
     from mlsys.roofline import Roof
 
     peak, bw = _learners_cpu_roof()
@@ -327,7 +327,7 @@ def test_roof_check_measures_again_only_when_the_roof_looks_too_fast(monkeypatch
     # all, the fastest kept), a too-slow roof is refused after one, and a roof within bounds costs one
     from mlsys import Q_
     from mlsys.bench import micro
-    from mlsys.course.checks import check_roof_measured_here
+    from mlsys.labkit.checks import check_roof_measured_here
     from mlsys.roofline import Roof
 
     seen = []

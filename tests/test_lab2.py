@@ -20,17 +20,17 @@ import pytest
 
 import mlsys
 
-mlsys.course.device.setup()  # TRITON_INTERPRET=1 without CUDA, before triton is imported
+mlsys.labkit.device.setup()  # TRITON_INTERPRET=1 without CUDA, before triton is imported
 
 torch = pytest.importorskip("torch")
 triton = pytest.importorskip("triton")
 
-from mlsys.course import checks, grading  # noqa: E402
+from mlsys.labkit import checks, grading  # noqa: E402
 from mlsys.runtime import notebook as nbexec  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOK = REPO / "labs" / "source" / "lab2_tiled_matmul" / "lab2_tiled_matmul.ipynb"
-DEVICE = mlsys.course.device.default_device()
+DEVICE = mlsys.labkit.device.default_device()
 KERNEL_CELLS = [c.grade_id for c in nbexec.code_cells(NOTEBOOK) if "lab2-kernel" in c.tags]
 # the notebook's cells run once per session (conftest's lab2_kernels), not at import; `lab` is their globals
 lab = types.ModuleType("lab2_kernels (not loaded yet)")
@@ -116,7 +116,7 @@ def test_the_first_kernel_a_learner_writes_is_one_dimensional():
 def test_setup_cell_picks_the_device_before_importing_triton():
     src = _source(_cell("setup"))
     assert "google.colab" in src and "pip" in src
-    assert src.index("mlsys.course.device.setup()") < src.index("import triton")
+    assert src.index("mlsys.labkit.device.setup()") < src.index("import triton")
 
 
 def test_kernel_cells_are_tagged_for_the_gpu_experiment():
@@ -133,7 +133,7 @@ def test_kernel_cells_are_tagged_for_the_gpu_experiment():
 
 def test_perf_cell_is_measured_by_the_trusted_process():
     """The perf cell only names its spec: the timer, cuBLAS reference and fresh-input checks live in
-    mlsys.course.trusted, captured before any answer cell runs (issue 11)."""
+    mlsys.grader.decide.trusted, captured before any answer cell runs (issue 11)."""
     import tomllib
 
     src = _source(_cell("perf_matmul"))

@@ -19,17 +19,17 @@ import pytest
 
 import mlsys
 
-mlsys.course.device.setup()  # TRITON_INTERPRET=1 without CUDA, before the kernels are defined
+mlsys.labkit.device.setup()  # TRITON_INTERPRET=1 without CUDA, before the kernels are defined
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
-from mlsys.course import checks, grading  # noqa: E402
+from mlsys.labkit import checks, grading  # noqa: E402
 from mlsys.runtime import notebook as nbexec  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOK = REPO / "labs" / "source" / "lab3_fusion" / "lab3_fusion.ipynb"
-DEVICE = mlsys.course.device.default_device()
+DEVICE = mlsys.labkit.device.default_device()
 KERNEL_CELLS = ("fused_elementwise_kernel", "fused_elementwise", "fused_softmax_kernel", "fused_softmax")
 # the notebook's cells run once per session (conftest's lab3_kernels), not at import
 ns: dict = {}
@@ -85,7 +85,7 @@ def test_nbgrader_metadata_is_schema_3_with_unique_grade_ids():
 
 def test_perf_cells_are_measured_by_the_trusted_process():
     """Each perf cell only names its spec; the copy baseline, timer and fresh-input checks live in
-    mlsys.course.trusted, captured before any answer cell runs (issue 11)."""
+    mlsys.grader.decide.trusted, captured before any answer cell runs (issue 11)."""
     import tomllib
 
     specs = tomllib.loads((NOTEBOOK.parent / "perf.toml").read_text())
@@ -313,13 +313,13 @@ def test_softmax_that_reads_its_row_twice_is_caught():
                             rtol=1e-5, atol=1e-6, max_reads={"x": 1})
 
 
-# ------------------------------------------------------------------------------ graded end to end (mlsys.course.teach)
+# ------------------------------------------------------------------------------ graded end to end (mlsys.grader.teach)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("lab", ["lab3_fusion"])  # graded_lab's worker group (tests/conftest.py)
 def test_grading_a_kernel_cell_that_calls_torch_ops(lab, graded_lab):
-    """Graded by nbgrader through mlsys.course.teach: a submission whose launchers call PyTorch's ops instead
+    """Graded by nbgrader through mlsys.grader.teach: a submission whose launchers call PyTorch's ops instead
     of the Triton kernels loses those two tests (4 + 4 points) and the stable-softmax test, whose calls the
     library check now covers when the cell ends (2 points: its softmax is ``torch.softmax``), and keeps
     2 (predict) + 2 (count kernels) = 4 of 14. It is the student ``torch_ops`` of the

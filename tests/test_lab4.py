@@ -326,8 +326,8 @@ def test_check_ring_judges_the_ranks_reports_with_its_own_sums(monkeypatch):
     """The grader half draws the inputs, sums them itself and reads every rank's op record: a right sum with a
     send and a receive passes; a library collective, a rank that moved nothing, a wrong sum or a result that
     is not a tensor each fail with a message that names it (no process is started here)."""
-    from mlsys.course import checks
-    from mlsys.course.grading import GradingError
+    from mlsys.labkit import checks
+    from mlsys.labkit.grading import GradingError
 
     monkeypatch.setattr(checks, "diagnose_ring", lambda *a, **k: "")
     p2p = ["c10d::recv_", "c10d::send"]
@@ -357,7 +357,7 @@ def test_check_ring_judges_the_ranks_reports_with_its_own_sums(monkeypatch):
 
 
 def test_library_collectives_keeps_only_library_ops():
-    from mlsys.course.checks import library_collectives
+    from mlsys.labkit.checks import library_collectives
 
     ops = ["aten::add_", "c10d::send", "c10d::recv_", "c10d::barrier", "c10d::allreduce_", "_c10d_functional::all_reduce"]
     assert library_collectives(ops) == ["_c10d_functional::all_reduce", "c10d::allreduce_"]
@@ -410,7 +410,7 @@ def _ring(tensor, read_early=True, scratch_zeros=False, late_even=False):
 def test_diagnose_ring_names_a_read_before_wait_whatever_the_race(p, scratch_zeros, late_even):
     import functools
 
-    from mlsys.course import checks
+    from mlsys.labkit import checks
 
     ring = functools.partial(_ring, scratch_zeros=scratch_zeros, late_even=late_even)
     cause = checks.diagnose_ring(ring, p, 12)
@@ -436,7 +436,7 @@ def _irecv_probe(x):
 
 
 def test_a_diagnostic_run_delivers_a_receive_only_at_wait():
-    from mlsys.course import checks
+    from mlsys.labkit import checks
 
     (x0, _), (x1, sends1) = launch(checks._tagged_run, 2, _irecv_probe, 9, backend="gloo", timeout=60)
     # rank 1's diagnostic input is 5**1 * (1 + i % 7): its first four elements are 5, 10, 15, 20
@@ -450,7 +450,7 @@ def test_a_diagnostic_run_delivers_a_receive_only_at_wait():
 def test_diagnose_ring_finds_nothing_wrong_when_wait_comes_first(p):
     import functools
 
-    from mlsys.course import checks
+    from mlsys.labkit import checks
 
     ring = functools.partial(_ring, read_early=False, late_even=True)
     assert checks.diagnose_ring(ring, p, 12).startswith("on inputs of small integers the ring is right")
@@ -460,8 +460,8 @@ def test_ring_traffic_is_judged_by_peer_and_volume():
     """check_ring_traffic, on hand-made records (bytes of 1-byte elements, then of 8-byte ones). 3 ranks, 10
     elements: chunks of at most ceil(10/3) = 4, and a ring sends 2(p - 1) = 4 of them, at most 16 elements, only to
     rank (r + 1) % 3, receiving only from (r - 1) % 3."""
-    from mlsys.course.checks import check_ring_traffic
-    from mlsys.course.grading import GradingError
+    from mlsys.labkit.checks import check_ring_traffic
+    from mlsys.labkit.grading import GradingError
 
     ring = [("c10d::send", 2, 4), ("c10d::recv_", 0, 3), ("c10d::send", 2, 3), ("c10d::recv_", 0, 3),
             ("c10d::send", 2, 4), ("c10d::recv_", 0, 4), ("c10d::send", 2, 3), ("c10d::recv_", 0, 3)]

@@ -18,7 +18,7 @@ import pytest
 
 import mlsys
 
-mlsys.course.device.setup()  # TRITON_INTERPRET=1 without CUDA, before the kernels are defined
+mlsys.labkit.device.setup()  # TRITON_INTERPRET=1 without CUDA, before the kernels are defined
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
@@ -26,14 +26,14 @@ F = torch.nn.functional
 
 from mlsys.bench import experiment as runner  # noqa: E402
 from mlsys.bench.experiments import lab5_attention as experiment  # noqa: E402
-from mlsys.course import grading  # noqa: E402
+from mlsys.labkit import grading  # noqa: E402
 from mlsys.runtime.notebook import code_cells  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOK = REPO / "labs" / "source" / "lab5_attention" / "lab5_attention.ipynb"
 RELEASE = REPO / "labs" / "release" / "lab5_attention" / "lab5_attention.ipynb"
 CORPUS = Path(__file__).resolve().parent / "bad_submissions" / "lab5"
-DEVICE = mlsys.course.device.default_device()
+DEVICE = mlsys.labkit.device.default_device()
 
 # the reference kernels load once per session (conftest's lab5_kernels), not at import
 kernels: dict = {}
@@ -88,11 +88,11 @@ def test_nbgrader_metadata_and_grade_ids():
 
 def test_perf_cells_are_measured_by_the_trusted_process():
     """Each perf cell only names its spec; SDPA's time, the timer and the fresh-input checks live in
-    mlsys.course.trusted, captured before any answer cell runs. The spec is the lab's text: B=4, H=32,
+    mlsys.grader.decide.trusted, captured before any answer cell runs. The spec is the lab's text: B=4, H=32,
     N=4096, D=64, fp16, full marks at 70 % of SDPA (60 % causal), a re-check at N=1000."""
     import tomllib
 
-    from mlsys.course import trusted
+    from mlsys.grader.decide import trusted
 
     specs = tomllib.loads((NOTEBOOK.parent / "perf.toml").read_text())
     cases = trusted.load_spec(NOTEBOOK.parent / "perf.toml")
@@ -403,7 +403,7 @@ def test_recorded_causal_mask_halves_the_fused_time_and_not_the_naive(slug):
 @pytest.mark.slow
 @pytest.mark.parametrize("lab", ["lab5_attention"])  # graded_lab's worker group (tests/conftest.py)
 def test_bad_submissions_lose_the_right_points(lab, graded_lab):
-    """nbgrader through mlsys.course.teach: instructor full marks, untouched release zero, the
+    """nbgrader through mlsys.grader.teach: instructor full marks, untouched release zero, the
     corpus as in expected.json (the lab's one graded course of the session, tests/conftest.py)."""
     _, rows = graded_lab(lab)
     expected = json.loads((CORPUS / "expected.json").read_text())

@@ -19,7 +19,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from mlsys import block_step, profiles  # noqa: E402
-from mlsys.course import grading  # noqa: E402
+from mlsys.labkit import grading  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOK = REPO / "labs" / "source" / "lab6_profiling" / "lab6_profiling.ipynb"
@@ -92,7 +92,7 @@ def test_perf_cell_times_the_fix_against_the_given_step():
     assert spec["zero_at"] == 1.0 and spec["full_at"] > 1.0  # no faster than the given step: no credit
     cell = next(c for c in _cells() if c["metadata"].get("nbgrader", {}).get("grade_id") == "perf_step")
     assert 'grade_performance("lab6_profiling", "perf_step")' in _source(cell)
-    from mlsys.course import trusted
+    from mlsys.grader.decide import trusted
 
     case = trusted.load_spec(NOTEBOOK.parent / "perf.toml")["perf_step"]
     assert trusted.forbidden_ops(case.forbid, ["mm", "addmm", "_scaled_dot_product_flash_attention"]) == []
@@ -175,9 +175,9 @@ def test_course_fix_removes_all_three_causes(lab6, tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("lab", ["lab6_profiling"])  # graded_lab's worker group (tests/conftest.py)
 def test_bad_submissions_lose_the_right_points(lab, graded_lab):
-    """nbgrader through mlsys.course.teach: instructor full marks, untouched release zero, each hostile case
+    """nbgrader through mlsys.grader.teach: instructor full marks, untouched release zero, each hostile case
     (tests/bad_submissions/lab6/) exactly the 3 points of the exercise it cheats on."""
-    from mlsys.course import sandbox
+    from mlsys.grader import sandbox
 
     try:
         sandbox.check()

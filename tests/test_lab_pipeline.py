@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from mlsys.course import teach
+from mlsys.grader import teach
 from mlsys.runtime.processes import live_processes_with
 
 REPO = Path(__file__).resolve().parent.parent
@@ -70,7 +70,7 @@ def _tree_hashes(*folders: Path) -> dict[Path, bytes]:
 
 
 def _sandbox_or_skip() -> None:
-    from mlsys.course import sandbox
+    from mlsys.grader import sandbox
 
     try:
         sandbox.check()
@@ -159,8 +159,8 @@ def test_top_cell_opens_the_release_in_colab_and_first_code_cell_installs(lab):
             f"{kind}/{lab}: expected an 'Open in Colab' link to {COLAB.format(lab=lab)} in the first cell")
         first_code = next(c for c in cells if c["cell_type"] == "code")
         code = _src(first_code)
-        assert "google.colab" in code and "pip" in code and "mlsys.course.device.setup()" in code, (
-            f"{kind}/{lab}: the first code cell must install the course package in Colab and call mlsys.course.device.setup()")
+        assert "google.colab" in code and "pip" in code and "mlsys.labkit.device.setup()" in code, (
+            f"{kind}/{lab}: the first code cell must install the course package in Colab and call mlsys.labkit.device.setup()")
 
 
 @pytest.mark.parametrize("lab", LAB_NAMES)

@@ -10,11 +10,11 @@ import pytest
 
 import mlsys
 
-mlsys.course.device.setup(check_versions=False)  # TRITON_INTERPRET=1 without CUDA, before triton is imported
+mlsys.labkit.device.setup(check_versions=False)  # TRITON_INTERPRET=1 without CUDA, before triton is imported
 
 from mlsys import Q_  # noqa: E402
-from mlsys.course import compilecheck, slips, versions  # noqa: E402
-from mlsys.course.grading import GradingError  # noqa: E402
+from mlsys.labkit import compilecheck, slips, versions  # noqa: E402
+from mlsys.labkit.grading import GradingError  # noqa: E402
 
 # ------------------------------------------------------------------------------------------------ slips
 
@@ -129,14 +129,14 @@ def test_a_failing_check_shows_its_message_in_two_lines_and_other_errors_stay_wh
 
     shell = InteractiveShell.instance()
     try:
-        assert mlsys.course.device.short_errors()
-        shell.run_cell("from mlsys.course.grading import GradingError\n"
+        assert mlsys.labkit.device.short_errors()
+        shell.run_cell("from mlsys.labkit.grading import GradingError\n"
                        "def check():\n    raise GradingError('add: your kernel wrote 3 elements past the end of out')\n"
                        "check()")
         out = capsys.readouterr().out.strip().splitlines()
         assert 1 <= len(out) <= 3, out
         assert "GradingError" in out[0] and "wrote 3 elements past the end of out" in out[0]
-        mlsys.course.device.full_traceback()  # the hidden traceback, on demand: down to the raise in check()
+        mlsys.labkit.device.full_traceback()  # the hidden traceback, on demand: down to the raise in check()
         assert "raise GradingError('add: your kernel wrote 3" in capsys.readouterr().out
         shell.run_cell("def mine():\n    return 1 / 0\nmine()")
         out = re.sub(r"\x1b\[[0-9;]*m", "", capsys.readouterr().out)
@@ -150,7 +150,7 @@ def test_short_errors_do_nothing_outside_ipython(monkeypatch):
     import sys
 
     monkeypatch.delitem(sys.modules, "IPython", raising=False)
-    assert mlsys.course.device.short_errors() is False
+    assert mlsys.labkit.device.short_errors() is False
 
 
 # ------------------------------------------------------------------------------------------------ versions
@@ -233,7 +233,7 @@ def mlsys_root():
 
 
 def test_the_interpreters_numpy_error_is_blamed_on_the_versions_not_the_kernel(monkeypatch):
-    from mlsys.course import checks
+    from mlsys.labkit import checks
 
     exc = RuntimeError("InterpreterError: TypeError('only 0-dimensional arrays can be converted to Python scalars')")
     monkeypatch.setattr(versions, "installed", lambda *a: {"torch": "2.13.0", "triton": "3.6.0", "numpy": "2.4.6"})
@@ -252,8 +252,8 @@ def test_in_jupyter_a_failing_check_is_an_error_output_of_two_lines(tmp_path):
     from nbgrader.utils import determine_grade
 
     nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell("import mlsys\ndevice = mlsys.course.device.setup()"),
-                nbformat.v4.new_code_cell("from mlsys.course.grading import GradingError\n"
+    nb.cells = [nbformat.v4.new_code_cell("import mlsys\ndevice = mlsys.labkit.device.setup()"),
+                nbformat.v4.new_code_cell("from mlsys.labkit.grading import GradingError\n"
                                           "raise GradingError('sum of 4: you found 4 FLOP')",
                                           metadata={"nbgrader": {"grade": True, "solution": False, "points": 2,
                                                                  "grade_id": "test_x", "schema_version": 3}})]

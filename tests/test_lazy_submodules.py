@@ -14,7 +14,9 @@ from mlsys.runtime.lazy import submodules
 PKG = Path(mlsys.__file__).parent
 
 
-@pytest.mark.parametrize("package", ["mlsys", "mlsys.course", "mlsys.runtime"])
+@pytest.mark.parametrize("package", ["mlsys", "mlsys.labkit", "mlsys.book", "mlsys.grader",
+                                     "mlsys.grader.learnerside", "mlsys.grader.clean", "mlsys.grader.decide",
+                                     "mlsys.runtime"])
 def test_all_names_every_public_module_on_disk(package):
     folder = PKG.joinpath(*package.split(".")[1:])
     on_disk = {p.stem for p in folder.glob("*.py") if not p.stem.startswith("_")}
@@ -26,18 +28,18 @@ def test_all_names_every_public_module_on_disk(package):
 
 def test_a_module_added_after_the_old_lists_loads_by_attribute():
     # slurm, rowstore (course) and torus, tco (models) were missing from the hand-written lists
-    code = ("import mlsys; print(mlsys.course.slurm.__name__, mlsys.course.rowstore.__name__, "
+    code = ("import mlsys; print(mlsys.grader.slurm.__name__, mlsys.grader.rowstore.__name__, "
             "mlsys.torus.__name__, mlsys.runtime.paths.__name__)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
-    assert out == ["mlsys.course.slurm", "mlsys.course.rowstore", "mlsys.torus", "mlsys.runtime.paths"]
+    assert out == ["mlsys.grader.slurm", "mlsys.grader.rowstore", "mlsys.torus", "mlsys.runtime.paths"]
 
 
 def test_private_modules_and_unknown_names_are_not_attributes():
     import mlsys.bench.experiments as experiments
 
     assert "__main__" not in mlsys.__all__ and "_matmul" not in submodules(experiments.__path__)
-    with pytest.raises(AttributeError, match="module 'mlsys.course' has no attribute 'no_such_module'"):
-        mlsys.course.no_such_module  # noqa: B018
+    with pytest.raises(AttributeError, match="module 'mlsys.grader' has no attribute 'no_such_module'"):
+        mlsys.grader.no_such_module  # noqa: B018
 
 
 def test_the_package_lists_its_own_names_first():

@@ -224,7 +224,7 @@ _RUNNER = textwrap.dedent("""
     from mlsys.runtime import notebook as nbexec
     limit = os.environ.get("MISTAKES_CPU_LIMIT")
     if limit:  # the guarded calls' default limit, where they read it (a keyword default and the module constant)
-        from mlsys.course import checks, guardrun
+        from mlsys.labkit import checks, guardrun
         guardrun.CPU_LIMIT = float(limit)  # where the guarded calls read it (checks re-exports it, issue 48's split)
         for fn in vars(checks).values():
             if "cpu_limit" in (getattr(fn, "__kwdefaults__", None) or {}):
@@ -339,7 +339,7 @@ def test_the_corpus_edits_still_apply():
 
 def test_accumulation_probe_has_a_hand_checked_answer():
     torch = pytest.importorskip("torch")
-    from mlsys.course import checks
+    from mlsys.labkit import checks
 
     a, b, expected = checks.accumulation_probe(4096, 2048.0, 1.0)
     # 2048 + 4095 * 1 = 6143, which fp16 (spacing 4 between 4096 and 8192) rounds to 6144
@@ -353,8 +353,8 @@ def test_accumulation_probe_has_a_hand_checked_answer():
 
 def test_plausible_rate_names_a_units_slip():
     from mlsys import Q_
-    from mlsys.course import checks
-    from mlsys.course.grading import GradingError
+    from mlsys.labkit import checks
+    from mlsys.labkit.grading import GradingError
 
     # 1 GFLOP in 2 ms is 500 GFLOP/s; a learner who took the 2 ms for 2 s claims 0.5 GFLOP/s
     checks.assert_plausible_rate("op", Q_(5e11, "FLOP/s"), Q_(1e9, "FLOP"), 2e-3)
@@ -373,8 +373,8 @@ def test_plausible_rate_names_a_units_slip():
     ((2, 2, 1.0), "list of integers"),
 ])
 def test_chain_arity_check(arities, message):
-    from mlsys.course import checks
-    from mlsys.course.grading import GradingError
+    from mlsys.labkit import checks
+    from mlsys.labkit.grading import GradingError
 
     if message is None:
         checks.check_chain_arities(list(arities), ops=3, outside_tensors=3)
@@ -385,8 +385,8 @@ def test_chain_arity_check(arities, message):
 
 def test_guard_report_locates_stores_between_rows():
     torch = pytest.importorskip("torch")
-    from mlsys.course import checks
-    from mlsys.course.grading import GradingError
+    from mlsys.labkit import checks
+    from mlsys.labkit.grading import GradingError
 
     def writes_past_each_row(a):
         out = torch.empty_like(a)
@@ -403,8 +403,8 @@ def test_guard_report_locates_stores_between_rows():
 def test_rate_arithmetic_uses_the_learners_own_times():
     from mlsys import Q_
     from mlsys.bench.timing import Timing
-    from mlsys.course import checks
-    from mlsys.course.grading import GradingError
+    from mlsys.labkit import checks
+    from mlsys.labkit.grading import GradingError
 
     # 1e9 FLOP timed at 2, 2.5 and 4 ms: any rate from 1e9 / 4 ms = 2.5e11 to 1e9 / 2 ms = 5e11 is honest
     t = Timing(what="op", method="perf_counter", times=(2e-3, 2.5e-3, 4e-3), warmup=0, flush="none")
@@ -449,8 +449,8 @@ def _spin_forever(x):
 
 def test_an_endless_loop_is_stopped_by_its_computation_time_with_signs_of_life(capsys):
     torch = pytest.importorskip("torch")
-    from mlsys.course import checks, guardrun
-    from mlsys.course.grading import GradingError
+    from mlsys.labkit import checks, guardrun
+    from mlsys.labkit.grading import GradingError
 
     old = guardrun.HEARTBEAT  # where run_guarded reads it (checks re-exports it since issue 48's split)
     guardrun.HEARTBEAT = 1.0
@@ -473,7 +473,7 @@ def _warns(x):
 @pytest.mark.parametrize("isolate", [True, False])
 def test_warnings_during_a_check_never_reach_stderr(capfd, isolate, monkeypatch):
     torch = pytest.importorskip("torch")
-    from mlsys.course import checks
+    from mlsys.labkit import checks
 
     # _warns stands in for a launcher without a Triton kernel, which check_kernel refuses under the interpreter
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
@@ -485,8 +485,8 @@ def test_warnings_during_a_check_never_reach_stderr(capfd, isolate, monkeypatch)
 
 def test_attention_sums_check_names_fp16_accumulation():
     torch = pytest.importorskip("torch")
-    from mlsys.course import checks
-    from mlsys.course.grading import GradingError
+    from mlsys.labkit import checks
+    from mlsys.labkit.grading import GradingError
 
     # q = k = 0: every score is 0, every weight exp(0 - 0) = 1, so acc = 120 keys x 1000 = 120000 > 65504
     q = k = torch.zeros(1, 1, 120, 16, dtype=torch.float16)
@@ -515,8 +515,8 @@ def test_attention_sums_check_names_fp16_accumulation():
 
 def test_scores_far_below_zero_check_names_the_initial_max():
     torch = pytest.importorskip("torch")
-    from mlsys.course import checks
-    from mlsys.course.grading import GradingError
+    from mlsys.labkit import checks
+    from mlsys.labkit.grading import GradingError
 
     # one query over two keys of scores -300 and -301 and values 1 and 3: weights 1 and 1/e after the shift,
     # so the average is (1 + 3/e) / (1 + 1/e) = 1.5379...; from a running max of 0, exp(-300) underflows

@@ -1,4 +1,4 @@
-"""The learner's side of a performance grading in a sandbox of its own (mlsys.course.learnerbox).
+"""The learner's side of a performance grading in a sandbox of its own (mlsys.grader.learnerbox).
 
 Round 4 (issue 48): the learner worker, the baseline worker and the replay worker ran in one sandbox as one
 uid with one /tmp, so an answer cell could overwrite Triton's cached native module that a clean worker then
@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from mlsys.course import perfwire, sandbox
-from mlsys.course.learnerbox import LearnerClient, LearnerHost
+from mlsys.grader import sandbox
+from mlsys.grader.clean import perfwire
+from mlsys.grader.learnerbox import LearnerClient, LearnerHost
 
 pytestmark = pytest.mark.slow  # each starts a sandboxed torch: ~5 CPU-seconds
 

@@ -5,7 +5,7 @@ import io
 
 import pytest
 
-from mlsys.course import lms
+from mlsys.grader import lms
 
 FIELDS = ["student", "lab", "status", "correctness_score", "correctness_max", "performance_score", "performance_max",
           "performance", "manual_max", "total_score", "reason", "summary", "flags"]

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from mlsys.course import gradebook, sanitize, teach
-from mlsys.course.rowstore import RowStore, grader_digest
+from mlsys.grader import gradebook, sanitize, teach
+from mlsys.grader.rowstore import RowStore, grader_digest
 
 REPO = Path(__file__).resolve().parent.parent
 LABS = REPO / "labs"
@@ -106,7 +106,7 @@ def test_leaks_finds_hidden_tests_in_a_page_as_nbgrader_writes_it():
 
 
 def test_feedback_without_the_instructor_notebook_is_refused(tmp_path):
-    from mlsys.course.nbgrader_hooks import instructor_notebook
+    from mlsys.grader.nbgrader_hooks import instructor_notebook
 
     with pytest.raises(FileNotFoundError, match="cannot tell which lines are hidden tests"):
         instructor_notebook(tmp_path, "lab0_tiny", "lab0_tiny")
@@ -115,7 +115,7 @@ def test_feedback_without_the_instructor_notebook_is_refused(tmp_path):
 def test_a_folder_nbgrader_removed_is_put_back_only_when_the_run_did_not_write_it_again(tmp_path):
     import logging
 
-    from mlsys.course.nbgrader_hooks import _restore
+    from mlsys.grader.nbgrader_hooks import _restore
 
     saved = tmp_path / "saved"
     saved.mkdir()
@@ -184,7 +184,7 @@ def test_nbgrader_export_is_configured_away_from_the_report():
 
 
 def test_grader_digest_changes_with_the_configuration_and_the_device(tmp_path, monkeypatch):
-    from mlsys.course import rowstore
+    from mlsys.grader import rowstore
 
     config = tmp_path / "nbgrader_config.py"
     config.write_text(LABS.joinpath("nbgrader_config.py").read_text())
@@ -298,7 +298,7 @@ IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
 def _sandbox_or_skip() -> None:
-    from mlsys.course import sandbox
+    from mlsys.grader import sandbox
 
     try:
         sandbox.check()

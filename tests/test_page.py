@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mlsys.bench.records import device_slug
-from mlsys.course import page
+from mlsys.book import page
 from mlsys.units import Q_
 
 

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from mlsys.course import grading, policy
+from mlsys.labkit import grading, policy
 
 PROBES = [
     # (dispatcher name, refused by matmul, refused by compute, refused by collectives), worked out from the rules
@@ -37,8 +37,8 @@ PROBES = [
 
 @pytest.mark.parametrize("op, matmul, compute, collectives", PROBES)
 def test_every_op_name_is_judged_the_same_everywhere(op, matmul, compute, collectives):
-    from mlsys.course import trusted
-    from mlsys.course.perfworker import op_name
+    from mlsys.grader.clean.perfworker import op_name
+    from mlsys.grader.decide import trusted
 
     for kind, want in (("matmul", matmul), ("compute", compute), ("collectives", collectives)):
         assert policy.is_forbidden(kind, op) == want, (kind, op)
@@ -55,7 +55,7 @@ def test_every_op_name_is_judged_the_same_everywhere(op, matmul, compute, collec
 
 
 def test_one_spelling():
-    from mlsys.course.perfworker import op_name
+    from mlsys.grader.clean.perfworker import op_name
 
     assert op_name("c10d::send") == "c10d::send" and op_name("aten::mm") == "mm"
     assert policy.qualified("c10d:send") == "c10d::send" == policy.qualified("c10d::send.default")

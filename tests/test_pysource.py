@@ -10,7 +10,7 @@ from pathlib import Path
 
 from mlsys.runtime import pysource
 
-SOURCE = (Path(__file__).resolve().parents[1] / "mlsys" / "course" / "audit.py").read_text(encoding="utf-8")
+SOURCE = (Path(__file__).resolve().parents[1] / "mlsys" / "grader" / "decide" / "audit.py").read_text(encoding="utf-8")
 
 
 def _parse_in_threads(parse, threads: int = 4, rounds: int = 20) -> list[BaseException]:

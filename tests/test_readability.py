@@ -110,7 +110,7 @@ def test_the_built_landing_page_is_short_and_lists_the_labs_with_hours():
         pytest.skip("no built book in _build/html: run `make book` first")
     from bs4 import BeautifulSoup
 
-    from mlsys.book import plan
+    from mlsys import plan
 
     article = BeautifulSoup(page.read_text(encoding="utf-8"), "html.parser").find("article")
     for t in article.select(".toctree-wrapper, a.headerlink, div.cell_input"):

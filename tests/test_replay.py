@@ -1,4 +1,4 @@
-"""mlsys.course.replay: a call recorded in the learner's process, rebuilt and run in a clean one.
+"""mlsys.grader.clean.replay: a call recorded in the learner's process, rebuilt and run in a clean one.
 
 The expected values are worked out from the functions' definitions (2a + b^T + w, a stale cache), not from
 the replay's output; the Triton half (PTX compiled by ptxas, kernels loaded and launched) needs a GPU and is
@@ -12,7 +12,7 @@ import json
 import pytest
 import torch
 
-from mlsys.course.replay import PLAN_VERSION, Replay, ReplayError, _Kernel, _ptxas, plan_ops, record_call
+from mlsys.grader.clean.replay import PLAN_VERSION, Replay, ReplayError, _Kernel, _ptxas, plan_ops, record_call
 
 W = torch.tensor([1.0, -2.0, 3.0, 0.5])  # a module-level constant: it travels with the plan
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from mlsys.course import rubrics
+from mlsys.grader import rubrics
 from mlsys.runtime.paths import labs_root
 
 

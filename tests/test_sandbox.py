@@ -1,6 +1,6 @@
 """The grading sandbox (bubblewrap): what student code can and cannot reach, and its limits.
 
-Each test runs a small Python program through :func:`mlsys.course.sandbox.command` and asserts what
+Each test runs a small Python program through :func:`mlsys.grader.sandbox.command` and asserts what
 it saw. Tests that need bubblewrap skip, saying why, where it cannot run (not installed, or user
 namespaces disabled); the error-path tests run everywhere.
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from mlsys.course import sandbox, teach
+from mlsys.grader import sandbox, teach
 
 
 def _bwrap_or_skip() -> None:
@@ -251,7 +251,7 @@ def test_kernel_cannot_reach_the_runners_result_stream(tmp_path, site):
 
     import nbformat
 
-    from mlsys.course.sandboxed_execute import run_in_sandbox
+    from mlsys.grader.sandboxed_execute import run_in_sandbox
 
     probe = ("import os\nppid = os.getppid()\nout = {}\n"
              "for what in ('mem', 'environ'):\n"
@@ -268,7 +268,7 @@ def test_kernel_cannot_reach_the_runners_result_stream(tmp_path, site):
     scratch.mkdir()
     nbformat.write(nb, str(scratch / "nb.ipynb"))
     settings = {"mode": "bwrap", "site": str(site), "perf": "off"}
-    results, ended = run_in_sandbox("mlsys.course.cellrunner", {"notebook": "nb.ipynb", "timeout": 120}, scratch,
+    results, ended = run_in_sandbox("mlsys.grader.learnerside.cellrunner", {"notebook": "nb.ipynb", "timeout": 120}, scratch,
                                     settings, deadline=time.monotonic() + 180, log=tmp_path / "log")
     assert ended == "done" and not (scratch / "nb.ipynb").exists()  # the notebook (hidden tests) is gone from disk
     [cell] = [r for r in results if "index" in r]
@@ -404,6 +404,6 @@ def test_the_verdict_runner_needs_no_nbgrader():
     """The GPU checks of the trust boundaries run the verdict process on a machine without nbgrader or Jupyter:
     the runner and everything it starts import none of them."""
     blocked = "import sys\nfor m in ('nbgrader', 'nbclient', 'jupyter_client', 'zmq', 'ipykernel'): sys.modules[m] = None\n"
-    code = blocked + "import mlsys.course.sandboxrun, mlsys.course.trusted, mlsys.course.learnerbox, mlsys.course.perfworker"
+    code = blocked + "import mlsys.grader.sandboxrun, mlsys.grader.decide.trusted, mlsys.grader.learnerbox, mlsys.grader.clean.perfworker"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from mlsys.course.sanitize import HIDDEN_LINE, hidden_lines, sanitize_notebook
+from mlsys.grader.sanitize import HIDDEN_LINE, hidden_lines, sanitize_notebook
 
 HIDDEN = "assert_close(double(x), np.array([3.0, -4.0, 2e30]), name=\"double(x)\")"
 SOURCE = {"cells": [
@@ -92,7 +92,7 @@ def test_feedback_and_autograded_notebook_carry_no_hidden_test_and_no_live_marku
     import shutil
     from pathlib import Path
 
-    from mlsys.course import sandbox, teach
+    from mlsys.grader import sandbox, teach
 
     try:
         sandbox.check()
@@ -147,8 +147,8 @@ def test_a_perf_cells_status_survives_sanitizing_and_nothing_else_of_mlsys_does(
 def test_a_submitted_cells_own_mlsys_field_is_dropped_at_hand_in(tmp_path):
     """Only the grader writes ``metadata.mlsys``: a submission's forged "not graded" status is removed before any
     grading, so a cell the grader then leaves unwritten reads as nothing, never as "not graded here"."""
-    from mlsys.course.submission import _normalise_cells
-    from mlsys.course.verdict import cell_status
+    from mlsys.grader.decide.verdict import cell_status
+    from mlsys.grader.submission import _normalise_cells
 
     sub = json.loads(json.dumps(SOURCE))
     sub["cells"][1]["metadata"]["mlsys"] = {"verdict": {"status": "not_graded", "score": None, "reason": ""}}

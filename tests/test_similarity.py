@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from mlsys.course import similarity
+from mlsys.grader import similarity
 from mlsys.runtime.paths import labs_root
 
 sys.path.insert(0, str(Path(__file__).parent / "similarity_corpus"))
@@ -140,7 +140,7 @@ def test_unknown_lab_is_an_error(course):
 
 
 def test_teach_similarity_runs_the_check(course, capsys):
-    from mlsys.course import teach
+    from mlsys.grader import teach
 
     release = _nb(course / "release" / LAB / f"{LAB}.ipynb")
     _submit(course, "copier", _renamed_copy(_nb(course / "source" / LAB / f"{LAB}.ipynb"), release))

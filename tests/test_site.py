@@ -217,8 +217,8 @@ def test_chapters_offer_their_runnable_notebook():
     and nothing else (no Binder, no other .ipynb). Labs carry their own Colab link (issue 42)."""
     import json
 
-    from mlsys.course import site
-    from mlsys.course.notebooks import INSTALL_TAG, colab_url
+    from mlsys.book import site
+    from mlsys.book.notebooks import INSTALL_TAG, colab_url
 
     url, branch = site.repository(ROOT / "_config.yml")
     for rel in PAGES:
@@ -316,7 +316,7 @@ def test_going_further_notebooks_follow_the_configured_install_block(tmp_path):
     stale one and sync() rewrites it."""
     import shutil
 
-    from mlsys.course import site
+    from mlsys.book import site
 
     root = tmp_path / "repo"
     (root / "labs" / "going_further").mkdir(parents=True)

@@ -3,7 +3,8 @@
 
 import pytest
 
-from mlsys.book import plan, syllabus
+from mlsys import plan
+from mlsys.book import syllabus
 
 CHAPTER = """---
 jupytext: {}

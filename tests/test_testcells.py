@@ -1,6 +1,6 @@
 """Test cells in the grader process: the plain-data channel, what crosses it, and what a test cell sees.
 
-The worker side (:mod:`mlsys.course.worker`) is called in-process here through :class:`LocalRpc`, so
+The worker side (:mod:`mlsys.grader.learnerside.worker`) is called in-process here through :class:`LocalRpc`, so
 the channel is exercised without a kernel; tests/test_lab_pipeline.py runs it for real, in the sandbox.
 """
 
@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from mlsys import Q_, viz
-from mlsys.course import grading, proxy, testcells, worker
+from mlsys.grader.learnerside import testcells, worker
+from mlsys.labkit import grading, proxy
 from mlsys.roofline import Roof
 
 
@@ -82,8 +83,8 @@ def test_look_alikes_do_not_cross_as_what_they_claim():
 def test_a_test_cell_ignores_what_the_learner_rebound():
     ns = {"double": lambda x: 0.0, "assert_close": lambda *a, **k: None, "len": lambda x: 99, "grading": None}
     course: dict = {}
-    exec(testcells.course_imports([{"cell_type": "code", "metadata": {}, "source": "from mlsys.course import grading\n"
-                                    "from mlsys.course.grading import assert_close\nx = 1"}]), course)
+    exec(testcells.course_imports([{"cell_type": "code", "metadata": {}, "source": "from mlsys.labkit import grading\n"
+                                    "from mlsys.labkit.grading import assert_close\nx = 1"}]), course)
     rpc = LocalRpc(ns)
     out = testcells.run_test_cell("assert len([1, 2]) == 2\nassert_close(double(3.0), 6.0, name='double')\n", course, rpc)
     assert [o["output_type"] for o in out] == ["error"] and out[0]["ename"] == "GradingError", out
@@ -198,7 +199,7 @@ GOOD_ADD = ("import torch\n\ndef add(x, y):\n    out = torch.empty_like(x)\n    
 def test_a_guarded_check_runs_in_the_worker_and_the_grader_decides(monkeypatch):
     """check_kernel on a learner function: the guard buffers live where the function runs; the report crosses as
     plain data and the grader compares the result with its own expectation (x + y worked out here)."""
-    from mlsys.course import checks
+    from mlsys.labkit import checks
 
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)  # GOOD_ADD has no Triton kernel: refused under the interpreter
 
@@ -220,7 +221,7 @@ def test_a_guarded_check_runs_in_the_worker_and_the_grader_decides(monkeypatch):
 def test_a_forged_guard_report_is_refused_and_a_wrong_result_still_fails():
     """What the worker sends is the learner's evidence: a malformed report is refused, and a report that claims
     all is well does not make a wrong result right (the comparison is the grader's)."""
-    from mlsys.course import checks
+    from mlsys.labkit import checks
 
     rpc = LocalRpc(_learner(GOOD_ADD))
     add = rpc.get("add")
@@ -240,7 +241,7 @@ def test_a_forged_guard_report_is_refused_and_a_wrong_result_still_fails():
 def test_a_guarded_check_in_the_worker_sees_a_store_outside_the_output():
     """The guard buffers are the worker's: a launcher that writes past the end of what it allocated is reported
     with where it wrote (here the learner writes one element past the end through the storage)."""
-    from mlsys.course import checks
+    from mlsys.labkit import checks
 
     bad = ("import torch\n\ndef add(x, y):\n    out = torch.empty_like(x)\n"
            "    big = out.as_strided((out.numel() + 1,), (1,), out.storage_offset())\n"
@@ -254,7 +255,7 @@ def test_a_guarded_check_in_the_worker_sees_a_store_outside_the_output():
 def test_zero_padded_inputs_stay_in_zero_padding_across_the_channel():
     """checks.in_zero_padding marks its tensor; the worker rebuilds it inside zeros, so a read one past the end
     reads 0 there as it would in the grader (here: the learner returns the element after the last)."""
-    from mlsys.course import checks
+    from mlsys.labkit import checks
 
     peek = "import torch\n\ndef peek(t):\n    return t.as_strided((1,), (1,), t.storage_offset() + t.numel()).clone()\n"
     rpc = LocalRpc(_learner(peek))
@@ -297,7 +298,7 @@ def test_an_in_place_change_by_the_learner_fails_and_leaves_the_grader_copy():
 
 
 def test_calls_of_counts_a_learner_global_inside_the_worker():
-    from mlsys.course import checks
+    from mlsys.labkit import checks
 
     src = ("def step(x, i):\n    return x + i\n\n"
            "def run(n):\n    x = 0\n    for i in range(n):\n        x = step(x, i)\n    return x\n")
@@ -392,7 +393,7 @@ def test_a_cell_that_renames_its_module_is_still_not_the_course_package():
 def test_a_library_routine_handed_to_the_graders_own_helpers_is_still_seen():
     """checks.calls_of runs the function it is given: a course function entered from the grading machinery counts."""
     ns = _learner(LIBRARY_BEHIND_THE_DEF + "\n\ndef via_course(m, n, k):\n"
-                  "    from mlsys.course import checks\n"
+                  "    from mlsys.labkit import checks\n"
                   "    return checks.calls_of(mlsys.roofline.matmul_flops, 'require_count', m, n, k)\n")
     errors = _run_cell("via_course(2, 3, 4)\nassert_no_library_calls(via_course, {'mlsys.roofline.*'})", ns)
     assert len(errors) == 1 and "mlsys.roofline.matmul_flops" in errors[0]["evalue"], errors
@@ -403,7 +404,7 @@ def _run_cell(src: str, ns: dict) -> list[dict]:
 
     static = {name: (ast.Module(body=[], type_ignores=[]), {}) for name in ns if not name.startswith("_")}
     course: dict = {}
-    exec("import torch\nfrom mlsys.course.grading import FORBIDDEN_MATMUL, assert_no_library_calls\n", course)  # noqa: S102
+    exec("import torch\nfrom mlsys.labkit.grading import FORBIDDEN_MATMUL, assert_no_library_calls\n", course)  # noqa: S102
     return [o for o in testcells.run_test_cell(src, course, LocalRpc(ns, static=static)) if o["output_type"] == "error"]
 
 
@@ -432,7 +433,7 @@ def test_honest_code_calls_no_forbidden_library_routine():
 def test_a_result_made_without_any_triton_kernel_is_refused_under_the_interpreter(monkeypatch):
     """Under TRITON_INTERPRET=1 every honest launcher's kernel loads its inputs; a right answer computed without a
     Triton load (torch, NumPy, plain Python) fails check_kernel whatever the op record says."""
-    from mlsys.course import checks
+    from mlsys.labkit import checks
 
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     pytest.importorskip("triton.runtime.interpreter")

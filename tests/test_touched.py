@@ -12,16 +12,16 @@ import pytest
 
 import mlsys
 
-mlsys.course.device.setup()  # TRITON_INTERPRET=1 without CUDA, before triton is imported
+mlsys.labkit.device.setup()  # TRITON_INTERPRET=1 without CUDA, before triton is imported
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from mlsys.course import checks  # noqa: E402
-from mlsys.course.grading import GradingError  # noqa: E402
 from mlsys.diagrams import touched  # noqa: E402
+from mlsys.labkit import checks  # noqa: E402
+from mlsys.labkit.grading import GradingError  # noqa: E402
 
 
 @triton.jit

@@ -1,4 +1,4 @@
-"""Trusted performance grading (mlsys.course.trusted) with the fake timer: every refusal, on a CPU.
+"""Trusted performance grading (mlsys.grader.decide.trusted) with the fake timer: every refusal, on a CPU.
 
 The fake timer reports 1 ms for every timed callable, so an honest function's share of the
 baseline is exactly 1 and earns full credit (full_at = 0.5); each attack below must earn zero with
@@ -13,14 +13,14 @@ import pytest
 
 pytest.importorskip("torch")
 
-from mlsys.course import trusted  # noqa: E402
+from mlsys.grader.decide import trusted  # noqa: E402
 
 CASE = {"function": "double", "points": 2, "args": {"x": [257]}, "dtype": "float32", "reference": "x * 2",
         "baseline": "copy", "forbid": "matmul", "rtol": 1e-6, "atol": 0.0, "repeats": 3, "warmup": 1}
 
 
 def _verdict(cells: list[str], case: dict | None = None) -> dict:
-    """The verdict of a fresh ``python -m mlsys.course.trusted`` process, as the grader runs it
+    """The verdict of a fresh ``python -m mlsys.grader.decide.trusted`` process, as the grader runs it
     (fresh, because an attack changes the process it runs in)."""
     import json
     import os
@@ -28,7 +28,7 @@ def _verdict(cells: list[str], case: dict | None = None) -> dict:
     import sys
 
     job = {"cases": {"perf_double": case or CASE}, "cells": cells, "fake": True, "seed": 7, "nonce": "N0NCE"}
-    proc = subprocess.run([sys.executable, "-P", "-m", "mlsys.course.trusted"], input=json.dumps(job),
+    proc = subprocess.run([sys.executable, "-P", "-m", "mlsys.grader.decide.trusted"], input=json.dumps(job),
                           capture_output=True, text=True, timeout=300, env=dict(os.environ, PYTHONWARNINGS="ignore"))
     line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("N0NCE "))
     return json.loads(line[len("N0NCE "):])["verdicts"]["perf_double"]
@@ -47,7 +47,7 @@ HONEST = "def double(x):\n    return x + x\n"
 @pytest.mark.slow  # a trusted process per attack: ~3 s of CPU each
 @pytest.mark.parametrize("cells, reason", [
     # the learner's worker patched: the verdict process neither imports nor runs any of it
-    (["import mlsys.course.trusted as t\nt.forbidden_ops = lambda *a: []\nt.credit_of = lambda *a: 1.0\n"
+    (["import mlsys.grader.decide.trusted as t\nt.forbidden_ops = lambda *a: []\nt.credit_of = lambda *a: 1.0\n"
       "import torch\ndef double(x):\n    return torch.mv(torch.eye(x.shape[0]) * 2, x)\n"], "aten::mv"),
     (["import sys, torch\nsys.modules['__main__'].make_inputs = lambda t, s, d, seed, dev: "
       "tuple(torch.ones(*x) for x in s)\n" + HONEST], "differ from the reference"),
@@ -242,7 +242,7 @@ def test_wire_carries_bytes_not_objects():
 
     import torch
 
-    from mlsys.course import perfwire
+    from mlsys.grader.clean import perfwire
 
     r, w = os.pipe()
     t = torch.arange(6, dtype=torch.float16).reshape(2, 3)
@@ -289,7 +289,7 @@ def test_preview_round_time_leaves_out_the_copies_to_the_host(monkeypatch):
 
     import torch
 
-    from mlsys.course import perfwire
+    from mlsys.grader.clean import perfwire
 
     slow_copy = perfwire.tensor_bytes
 
@@ -343,13 +343,13 @@ def test_tiny_corpus_perf_attacks_in_the_verdict_process(name):
     import sys
     import tomllib
 
-    from mlsys.course.trusted import answer_cells
+    from mlsys.grader.decide.trusted import answer_cells
 
     want = json.loads((TINY_CORPUS / "expected.json").read_text())[name]
     cases = tomllib.loads((TINY_CORPUS / "source" / "lab0_tiny" / "perf.toml").read_text(encoding="utf-8"))
     nb = json.loads((TINY_CORPUS / f"{name}.nb.json").read_text())
     job = {"cases": cases, "cells": answer_cells(nb), "fake": True, "seed": 7, "nonce": "N0NCE", "cell_timeout": 60}
-    proc = subprocess.run([sys.executable, "-P", "-m", "mlsys.course.trusted"], input=json.dumps(job),
+    proc = subprocess.run([sys.executable, "-P", "-m", "mlsys.grader.decide.trusted"], input=json.dumps(job),
                           capture_output=True, text=True, timeout=300)
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("N0NCE ")), None)
     assert line is not None, proc.stderr[-3000:]
@@ -379,7 +379,7 @@ def _lab4_job(cells: list[str]) -> dict:
 
     cases = tomllib.loads((labs_root() / "source" / "lab4_collectives" / "perf.toml").read_text(encoding="utf-8"))
     job = {"cases": cases, "cells": cells, "fake": True, "nonce": "N0NCE", "cell_timeout": 120}
-    proc = subprocess.run([sys.executable, "-P", "-m", "mlsys.course.trusted"], input=json.dumps(job),
+    proc = subprocess.run([sys.executable, "-P", "-m", "mlsys.grader.decide.trusted"], input=json.dumps(job),
                           capture_output=True, text=True, timeout=900)
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("N0NCE ")), None)
     assert line is not None, proc.stderr[-3000:]
@@ -404,7 +404,7 @@ def test_lab4_ring_attacks_earn_no_performance_credit_on_two_gloo_ranks(name):
     below the dispatcher, a cache, a rebound ``grading``, patched clocks, a result finished after return."""
     import json
 
-    from mlsys.course.trusted import answer_cells
+    from mlsys.grader.decide.trusted import answer_cells
 
     want = _lab4_perf_cases()[name]
     nb = json.loads((LAB4_PERF / f"{name}.nb.json").read_text())
@@ -419,7 +419,7 @@ def test_lab4_ring_attacks_earn_no_performance_credit_on_two_gloo_ranks(name):
 def test_lab4_instructor_ring_earns_full_performance_credit_on_the_cpu_path():
     import json
 
-    from mlsys.course.trusted import answer_cells
+    from mlsys.grader.decide.trusted import answer_cells
     from mlsys.runtime.paths import lab_notebook
 
     result = _lab4_job(answer_cells(json.loads(lab_notebook("lab4_collectives").read_text(encoding="utf-8"))))
@@ -430,7 +430,7 @@ def test_lab4_instructor_ring_earns_full_performance_credit_on_the_cpu_path():
 
 def test_collectives_decision():
     """Which recorded ops a "collectives" case refuses, and what counts as a point-to-point exchange."""
-    from mlsys.course.trusted import exchanged_point_to_point, forbidden_ops
+    from mlsys.grader.decide.trusted import exchanged_point_to_point, forbidden_ops
 
     ring = ["empty.memory_format", "c10d:send", "c10d:recv_", "add_.Tensor"]
     assert forbidden_ops("collectives", ring) == [] and exchanged_point_to_point(ring)
@@ -452,7 +452,7 @@ def test_link_floor_uses_the_datasheet_link_per_direction():
     name as CUDA gives it is looked up word by word."""
     import types
 
-    from mlsys.course.trusted import _link_bandwidth
+    from mlsys.grader.decide.trusted import _link_bandwidth
 
     def gpu(name: str) -> types.SimpleNamespace:
         return types.SimpleNamespace(cuda=types.SimpleNamespace(get_device_name=lambda: name))
@@ -469,8 +469,8 @@ def test_outputs_cross_through_a_sealed_shared_region():
 
     import torch
 
-    from mlsys.course import perfwire
-    from mlsys.course.learnerbox import SHARED_BYTES, shared_region
+    from mlsys.grader.clean import perfwire
+    from mlsys.grader.learnerbox import SHARED_BYTES, shared_region
 
     fd = shared_region()
     assert fd is not None, "memfd_create with seals is available on Linux"
@@ -496,7 +496,7 @@ def test_a_collective_below_the_dispatcher_is_flagged_for_the_teacher():
     """What a CPU grading cannot refuse outright (a backend-level all-reduce with a token send) the audit names."""
     import json
 
-    from mlsys.course import audit
+    from mlsys.grader.decide import audit
 
     nb = json.loads((LAB4_PERF / "backend_allreduce.nb.json").read_text())
     flags = audit.audit_notebook(nb)
@@ -509,7 +509,7 @@ def test_a_two_rank_case_on_one_gpu_is_not_graded_rather_than_zero(monkeypatch):
 
     import torch
 
-    from mlsys.course.grading import NOT_GRADED
+    from mlsys.labkit.grading import NOT_GRADED
     from mlsys.runtime.paths import labs_root
 
     monkeypatch.delenv("MLSYS_FAKE_TIMER", raising=False)
@@ -584,7 +584,7 @@ def test_harness_kernels_fill_and_fingerprint_under_the_interpreter(monkeypatch)
 
     code = """
 import torch
-from mlsys.course import harnesskernels as hk
+from mlsys.grader.clean import harnesskernels as hk
 a = hk.fresh_inputs(torch, [[300, 70], [9]], torch.float32, 2**61 + 5, "cpu")
 b = hk.fresh_inputs(torch, [[300, 70], [9]], torch.float32, 2**61 + 5, "cpu")
 c = hk.fresh_inputs(torch, [[300, 70]], torch.float32, 2**61 + 6, "cpu")
@@ -621,7 +621,7 @@ def _replayed_verdict(cells: list[str]) -> dict:
             os.environ[trusted.REPLAY_ENV] = old
 
 
-FORGED_PLAN = ("import mlsys.course.replay as r\nreal = r.record_call\n"
+FORGED_PLAN = ("import mlsys.grader.clean.replay as r\nreal = r.record_call\n"
                "def forged(torch, fn, args, kwargs):\n"
                "    _, plan, blobs = real(torch, lambda x: x * 3, args, kwargs)\n"
                "    return fn(*args, **kwargs), plan, blobs\nr.record_call = forged\n")
@@ -701,7 +701,7 @@ def test_runnable_time_counts_waiting_for_a_core_so_a_busy_machine_passes():
     for 0.2 s is runnable for about 0.2 s however many others share its core."""
     import time
 
-    from mlsys.course.perfworker import runnable_s
+    from mlsys.grader.clean.perfworker import runnable_s
 
     a = runnable_s()
     t0 = time.perf_counter()
@@ -797,7 +797,7 @@ def test_every_gpu_round_sweeps_the_l2_after_writing_the_inputs_and_before_the_c
     """Issue 43, item 4: the grader's rounds clear the L2 as the course's timer does, by a read sweep, after a
     call's fresh inputs are written (their dirty lines leave the L2 before the call) and before the call; a CPU
     round and a GPU round not asked to flush never sweep."""
-    from mlsys.course import perfworker
+    from mlsys.grader.clean import perfworker
 
     steps: list[str] = []
     torch = _FakeCudaTorch(steps)
@@ -821,7 +821,7 @@ def test_every_gpu_round_sweeps_the_l2_after_writing_the_inputs_and_before_the_c
 
 
 def test_the_l2_sweep_is_the_course_timers_read_flush_and_refuses_a_cpu():
-    from mlsys.course import perfworker
+    from mlsys.grader.clean import perfworker
 
     with pytest.raises(ValueError, match="CUDA device"):
         perfworker.l2_sweep("cpu")
@@ -831,8 +831,8 @@ def test_the_verdict_asks_every_gpu_round_for_the_sweep_and_no_cpu_round():
     """The flag rides on every round message the verdict sends (both sides alike); a CPU verdict never sets it."""
     import time
 
-    from mlsys.course import perfrounds
-    from mlsys.course.perfspec import PerfCase
+    from mlsys.grader.decide import perfrounds
+    from mlsys.grader.decide.perfspec import PerfCase
 
     sent: list[dict] = []
 

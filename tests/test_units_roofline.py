@@ -1,4 +1,4 @@
-"""mlsys.units, mlsys.roofline and mlsys.course.claims: values worked out by hand."""
+"""mlsys.units, mlsys.roofline and mlsys.book.claims: values worked out by hand."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pint
 import pytest
 
 from mlsys import Q_, hardware, roofline
-from mlsys.course.claims import ClaimError, check, fmt
+from mlsys.book.claims import ClaimError, check, fmt
 from mlsys.units import DimensionError, as_quantity
 
 

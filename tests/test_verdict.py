@@ -1,10 +1,10 @@
-"""One verdict type from the verdict process to the graded cell (mlsys.course.verdict)."""
+"""One verdict type from the verdict process to the graded cell (mlsys.grader.decide.verdict)."""
 
 from __future__ import annotations
 
 import pytest
 
-from mlsys.course.verdict import Verdict
+from mlsys.grader.decide.verdict import Verdict
 
 
 def test_the_status_is_a_field_and_the_cell_is_written_from_it():
@@ -32,7 +32,7 @@ def test_a_malformed_verdict_is_a_clear_error():
 
 
 def test_the_verdict_process_sends_the_type():
-    from mlsys.course import trusted
+    from mlsys.grader.decide import trusted
 
     case = trusted.PerfCase.from_dict("perf_double", {"function": "double", "points": 2, "args": {"x": [8]},
                                                       "dtype": "float32", "reference": "x * 2", "baseline": "copy"})
@@ -45,7 +45,7 @@ def test_a_perf_cell_its_perf_toml_does_not_name_never_runs_and_earns_nothing(tm
     not measured by anyone: the graded cell says why, its status is ``not_measured`` and no score is written."""
     import nbformat
 
-    from mlsys.course.sandboxed_execute import SandboxedExecute
+    from mlsys.grader.sandboxed_execute import SandboxedExecute
 
     nb = nbformat.v4.new_notebook()
     cell = nbformat.v4.new_code_cell("result = 1.0  # the learner's own timing")

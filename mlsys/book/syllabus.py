@@ -1,6 +1,6 @@
 """The syllabus tables of the teachers' part, generated from the chapters and the course plan.
 
-The weeks and the labs' hours come from :mod:`mlsys.book.plan` (the one place the landing page reads
+The weeks and the labs' hours come from :mod:`mlsys.plan` (the one place the landing page reads
 too); everything else is measured from the chapter sources (``chapters/NN_*.md``) when the page builds:
 
 * learning objectives: the bullets of each chapter's ``Learning objectives`` admonition;
@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import plan
+from .. import plan
 from .readability import MINUTES_PER_CODE_LINE, MINUTES_PER_FIGURE, WORDS_PER_MINUTE
 
 __all__ = ["MINUTES_PER_EXERCISE", "Chapter", "chapter", "week_rows", "hours_table", "objectives_markdown"]

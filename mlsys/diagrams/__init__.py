@@ -7,7 +7,7 @@ default, so a picture never disagrees with the numbers printed beside it. A figu
 does not have is drawn as "not in the course's data" (:data:`MISSING`), never invented.
 
 Models-level code: imports only models (``mlsys.hardware``, ``mlsys.tiling`` ...), never
-``mlsys.bench`` or ``mlsys.course``; measured figures come in as arguments.
+``mlsys.bench`` or the course's rooms (``mlsys.labkit``, ``mlsys.grader``); measured figures come in as arguments.
 """
 
 from .animate import Player, flash_animation, ring_animation, to_html

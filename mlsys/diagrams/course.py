@@ -22,10 +22,10 @@ LAYERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
 
 def chapter_label(files: tuple[str, ...], numbers: dict[str, int] | None = None) -> str:
     """``("04", "08", "09", "10")`` -> ``"ch. 4, 9-11"``: the numbers the book shows for those chapter files
-    (``numbers``: ``chapters/NN_name -> number``, default :func:`mlsys.book.plan.chapter_numbers`, read from
+    (``numbers``: ``chapters/NN_name -> number``, default :func:`mlsys.plan.chapter_numbers`, read from
     ``_toc.yml``), runs of consecutive numbers joined by a dash. A file the book does not number is an error."""
     if numbers is None:
-        from ..book.plan import chapter_numbers
+        from ..plan import chapter_numbers
 
         numbers = chapter_numbers()
     found = []
@@ -59,7 +59,7 @@ def course_map(accel: Accelerator | str | None = None, numbers: dict[str, int] |
     a = accelerator(accel)
     d = _details(a)
     if numbers is None:
-        from ..book.plan import chapter_numbers
+        from ..plan import chapter_numbers
 
         numbers = chapter_numbers()
     fig, ax = canvas(7.0, 3.9, (0, 12), (0, 6.6), f"From Python to silicon on the {a.name}")

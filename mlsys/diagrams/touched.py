@@ -93,7 +93,7 @@ def _as_2d(shape: Sequence[int]) -> tuple[int, ...]:
 
 
 def report_figures(report: object) -> list[Figure]:
-    """One :func:`touched_grid` per tensor that a guard report (``mlsys.course.checks.GuardReport``: its
+    """One :func:`touched_grid` per tensor that a guard report (``mlsys.labkit.checks.GuardReport``: its
     ``shapes``, ``bad_stores`` and ``unwritten_at``) says was written outside or left unwritten.
 
     The report may come from a learner's process, so it is read defensively: tensors with more than

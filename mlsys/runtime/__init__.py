@@ -11,7 +11,7 @@
 * :mod:`mlsys.runtime.paths`: the checkout, the labs' nbgrader root and a lab's instructor notebook.
 
 The order of the rooms is models < runtime < bench < course: this room imports the models at most,
-never :mod:`mlsys.bench` or :mod:`mlsys.course` (``tests/test_architecture.py`` holds it).
+never :mod:`mlsys.bench` or the course's rooms (:mod:`mlsys.book`, :mod:`mlsys.labkit`, :mod:`mlsys.grader`) (``tests/test_architecture.py`` holds it).
 """
 
 from __future__ import annotations

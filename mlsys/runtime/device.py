@@ -1,6 +1,6 @@
 """Which device code runs on, Triton's interpreter on machines without a GPU, and CI's fake timer.
 
-Every lab and chapter starts with ``mlsys.course.device.setup()`` (this module, re-exported for the
+Every lab and chapter starts with ``mlsys.labkit.device.setup()`` (this module, re-exported for the
 course's pages): on a machine without CUDA it sets
 ``TRITON_INTERPRET=1`` *before* Triton is imported, so the same kernels run on a laptop CPU
 (slowly, element by element in NumPy) and on a GPU.
@@ -42,7 +42,7 @@ def setup() -> str:
     if has_cuda() and os.environ.get("TRITON_INTERPRET") != "1":
         return "cuda"
     if "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1":
-        print("warning: triton was imported before mlsys.course.device.setup(); restart the kernel "
+        print("warning: triton was imported before mlsys.labkit.device.setup(); restart the kernel "
               "and call setup() first so kernels run under the interpreter", file=sys.stderr)
     os.environ["TRITON_INTERPRET"] = "1"
     return "cpu"

@@ -1,4 +1,4 @@
-"""Submodules imported on first use: ``mlsys.course.teach`` works after a bare ``import mlsys``.
+"""Submodules imported on first use: ``mlsys.grader.teach`` works after a bare ``import mlsys``.
 
 A package's ``__init__`` calls :func:`lazy_submodules` once, instead of importing every submodule
 (some pull torch or IPython) or keeping a hand-written list that a new module is missed from::

@@ -7,7 +7,7 @@ The GPU machines that record the labs' reference figures have no Jupyter, nbconv
 so the lab experiments (``mlsys.bench.experiments.lab*``) and the tests execute the instructor
 notebooks with this module: cell by cell, in one namespace, as one kernel would. Each cell's source is registered with :mod:`linecache`
 under a file name of its own, so ``inspect.getsource`` works on the functions it defines (Triton's
-``@jit`` and :func:`mlsys.course.grading.assert_no_library_calls` both need that). A trailing expression
+``@jit`` and :func:`mlsys.labkit.grading.assert_no_library_calls` both need that). A trailing expression
 is evaluated and returned, as a notebook shows it; nbgrader reads a number there as partial credit.
 """
 
@@ -26,7 +26,8 @@ from typing import Any
 
 from . import pysource
 
-__all__ = ["Cell", "cell_source", "is_autograded", "code_cells", "exec_cell", "run_cells", "exec_cells"]
+__all__ = ["Cell", "cell_source", "is_autograded", "code_cells", "exec_cell", "run_cells", "exec_cells",
+           "error_output"]
 
 
 def cell_source(cell: dict[str, Any]) -> str:
@@ -156,3 +157,8 @@ def run_cells(notebook: str | Path, ns: dict[str, Any] | None = None, skip: tupl
                   + (" [wrote to stderr]" if rec["stderr"] else "")
                   + (f", value {rec['value']}" if "value" in rec else ""), flush=True)
     return records
+
+
+def error_output(ename: str, evalue: str) -> dict[str, Any]:
+    """An nbformat error output (nbgrader scores a test cell holding one as zero)."""
+    return {"output_type": "error", "ename": ename, "evalue": evalue, "traceback": [f"{ename}: {evalue}"]}

@@ -9,7 +9,7 @@ Steps, each writing ``$OUT/<step>.json`` as it ends (a step that fails says why 
 - ``nodes``: a sandbox given the slot's GPU only (``CUDA_VISIBLE_DEVICES=0``: /dev/nvidia0 and the control
   nodes bound, no other /dev/nvidiaN) can still run a CUDA kernel, and sees one GPU;
 - ``verdict``: the tiny lab's ``perf_speed`` graded by the verdict process in its sandbox, the learner's
-  workers in a sandbox of their own (mlsys.course.learnerbox), for an honest ``double`` and for the two
+  workers in a sandbox of their own (mlsys.grader.learnerbox), for an honest ``double`` and for the two
   corpus attacks of issue 48 (``perf_signal_baseline``: kill/stop the clean workers from a setsid helper;
   ``perf_poison_caches``: overwrite every Triton ``*.so`` the learner can reach, ``cuda_utils`` included):
   each must keep the honest credit (1.0); the evidence carries ``baseline_ran_share`` per baseline round
@@ -54,7 +54,7 @@ def _write(out: Path, step: str, record: dict) -> None:
 
 
 def step_nodes(out: Path, site: Path) -> dict:
-    from mlsys.course import sandbox
+    from mlsys.grader import sandbox
 
     scratch = Path(tempfile.mkdtemp(prefix="nodes-"))
     sandbox.own_scratch(scratch)
@@ -75,8 +75,8 @@ def step_nodes(out: Path, site: Path) -> dict:
 
 
 def step_verdict(out: Path, site: Path) -> dict:
-    from mlsys.course.sandboxrun import run_verdict
-    from mlsys.course.trusted import answer_cells
+    from mlsys.grader.decide.trusted import answer_cells
+    from mlsys.grader.sandboxrun import run_verdict
 
     cases = tomllib.loads((CORPUS / "source" / "lab0_tiny" / "perf.toml").read_text())
     got = {}
@@ -100,7 +100,7 @@ def step_verdict(out: Path, site: Path) -> dict:
 def _one_verdict(cases: dict, cells: list[str], mode: str, site: Path, tag: str) -> dict:
     """One grading by the verdict process, in ``mode`` "bwrap" (learner and clean sides in sandboxes of their
     own) or "none" (one process tree, as ``trusted_gpu_run.py``): each case's credit, reason and round times."""
-    from mlsys.course.sandboxrun import run_verdict
+    from mlsys.grader.sandboxrun import run_verdict
 
     root = Path(tempfile.mkdtemp(prefix=f"verdict-{tag}-"))
     work = root / "perf"
@@ -125,7 +125,7 @@ def step_sandboxed(out: Path, site: Path, n: int, only: tuple[str, ...] = SANDBO
     modes, for contrast) and the instructor answer cells of Labs 2, 3 and 5 (``only`` picks among them, in
     :data:`SANDBOXED_LABS`): every case must earn credit 1. Each lab's ``n`` gradings run one after another, and
     ``sandboxed.partial.json`` is rewritten after each, so a call cut short keeps what it graded."""
-    from mlsys.course.trusted import answer_cells
+    from mlsys.grader.decide.trusted import answer_cells
 
     unknown = sorted(set(only) - set(SANDBOXED_LABS))
     if unknown:
@@ -173,7 +173,7 @@ def main() -> int:
     args = ap.parse_args()
     out = Path(os.environ.get("OUT") or "gpu-out")
     out.mkdir(parents=True, exist_ok=True)
-    from mlsys.course import sandbox
+    from mlsys.grader import sandbox
 
     site = sandbox.build_site(Path(tempfile.mkdtemp(prefix="site-")))
     steps = {"nodes": step_nodes, "verdict": step_verdict, "corpus": step_corpus,

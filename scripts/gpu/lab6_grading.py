@@ -1,6 +1,6 @@
 """Lab 6 on a GPU: ``python scripts/gpu/lab6_grading.py --out $OUT/lab6.json [--n 10] [--fake]``.
 
-Through the trusted performance path (``python -P -m mlsys.course.trusted``, the verdict process that
+Through the trusted performance path (``python -P -m mlsys.grader.decide.trusted``, the verdict process that
 ``make grade`` runs, which never executes an answer cell itself), grades Lab 6's ``perf_step``:
 
 1. the instructor notebook's answer cells ``--n`` times (each a full verdict: checked calls on fresh inputs,
@@ -35,7 +35,7 @@ def verdict(cases: dict, cells: list[str], timeout: float, fake: bool) -> dict:
     job = {"cases": cases, "cells": cells, "fake": fake, "cell_timeout": 300, "nonce": "LAB6RUN",
            "deadline_s": max(timeout - 15, 10)}
     try:
-        proc = subprocess.run([sys.executable, "-P", "-m", "mlsys.course.trusted"], input=json.dumps(job), cwd=REPO,
+        proc = subprocess.run([sys.executable, "-P", "-m", "mlsys.grader.decide.trusted"], input=json.dumps(job), cwd=REPO,
                               capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return {"fatal": f"timed out after {timeout:.0f} s"}
@@ -46,7 +46,7 @@ def verdict(cases: dict, cells: list[str], timeout: float, fake: bool) -> dict:
 
 
 def cells_of(path: Path, extra: str = "") -> list[str]:
-    from mlsys.course.trusted import answer_cells
+    from mlsys.grader.decide.trusted import answer_cells
 
     return answer_cells(json.loads(path.read_text(encoding="utf-8"))) + ([extra] if extra else [])
 

@@ -1,14 +1,14 @@
 """Grade the whole bad-submission corpus once and write the report: ``python tests/bad_submissions/grade_corpus.py OUT``.
 
 Builds the tiny lab's course in a temporary folder, submits every ``*.nb.json`` here, grades them
-with :func:`mlsys.course.teach.grade` and writes ``OUT/grades.csv`` and ``OUT/corpus_run.json``
+with :func:`mlsys.grader.teach.grade` and writes ``OUT/grades.csv`` and ``OUT/corpus_run.json``
 (device, date, torch version, options, every row, and whether each row matches expected.json).
 Options: ``--perf cuda|fake|off`` (default: cuda where present), ``--no-sandbox`` (machines without
 bubblewrap: student code then runs unconfined, acceptable for this corpus only because it is ours),
 ``--only a,b`` (some cases).
 
 ``--trusted-only`` needs neither nbgrader nor bubblewrap (a bare GPU image with torch): it runs just
-the trusted performance process (``python -P -m mlsys.course.trusted``) once per case, on the
+the trusted performance process (``python -P -m mlsys.grader.decide.trusted``) once per case, on the
 answer cells of each submission, and writes ``OUT/trusted_run.json`` (device, date, verdict per
 case, and whether each matches expected.json's performance_score).
 """
@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         if not a.only:  # unconfined here: only the cases that attack the performance path, never the file-system ones
             expected = {k: v for k, v in expected.items() if k in PERF_CASES}
         return _trusted_only(a.out, expected, fake=a.perf == "fake")
-    from mlsys.course import teach
+    from mlsys.grader import teach
     with tempfile.TemporaryDirectory(prefix="corpus-") as tmp:
         root = Path(tmp) / "course"
         (root / "source" / "lab0_tiny").mkdir(parents=True)
@@ -106,7 +106,7 @@ def _trusted_only(out: Path, expected: dict, *, fake: bool) -> int:
     import subprocess
     import tomllib
 
-    from mlsys.course.trusted import answer_cells
+    from mlsys.grader.decide.trusted import answer_cells
 
     cases = tomllib.loads((HERE / "source" / "lab0_tiny" / "perf.toml").read_text())
     start = dt.datetime.now(dt.UTC)
@@ -120,7 +120,7 @@ def _trusted_only(out: Path, expected: dict, *, fake: bool) -> int:
         job = {"cases": cases, "cells": answer_cells(nb), "fake": fake, "cell_timeout": 30, "nonce": "CORPUS"}
         with tempfile.TemporaryDirectory(prefix="trusted-") as tmp:
             try:
-                proc = subprocess.run([sys.executable, "-P", "-m", "mlsys.course.trusted"], input=json.dumps(job),
+                proc = subprocess.run([sys.executable, "-P", "-m", "mlsys.grader.decide.trusted"], input=json.dumps(job),
                                       capture_output=True, text=True, timeout=300, cwd=tmp,
                                       env=dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")))
                 line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("CORPUS ")), None)

@@ -32,8 +32,8 @@ HOOKS_AND_HELPERS = '''\
 import ast
 import sys
 
-import mlsys.course.checks as _checks
-import mlsys.course.grading as _grading
+import mlsys.labkit.checks as _checks
+import mlsys.labkit.grading as _grading
 
 _ip = sys.modules["IPython"].get_ipython()
 
@@ -72,8 +72,8 @@ FAKE_TENSOR = '''\
 # the course's checks patched in their modules, the worker-side half included; rebound globals
 import torch
 
-import mlsys.course.checks as _checks
-import mlsys.course.grading as _grading
+import mlsys.labkit.checks as _checks
+import mlsys.labkit.grading as _grading
 
 
 class Lazy:
@@ -112,8 +112,8 @@ VARS_SDPA = '''\
 import torch
 import torch.nn.functional as F
 
-import mlsys.course.checks as _checks
-import mlsys.course.grading as _grading
+import mlsys.labkit.checks as _checks
+import mlsys.labkit.grading as _grading
 
 _sdpa = vars(F)["scaled_dot_product_attention"]
 
@@ -131,8 +131,8 @@ grading = type("Anything", (), {"__getattr__": lambda self, name: (lambda *a, **
 LAB4_REBIND = '''\
 # the course's helpers rebound as globals and patched in their modules (the grading module, check_ring,
 # check_dp, the ring's diagnosis and its collective filter); every answer below is wrong
-import mlsys.course.checks as _checks
-import mlsys.course.grading as _grading
+import mlsys.labkit.checks as _checks
+import mlsys.labkit.grading as _grading
 
 _grading.assert_quantity_close = lambda *a, **k: None
 _grading.assert_close = lambda *a, **k: None
@@ -194,8 +194,8 @@ def ring_allreduce(tensor):
 
 LAB4_PATCHED_CHECKS = '''\
 # an identity "ring" behind patched checks: the course's check_ring, its p2p test and its comparison
-import mlsys.course.checks as _checks
-import mlsys.course.grading as _grading
+import mlsys.labkit.checks as _checks
+import mlsys.labkit.grading as _grading
 
 _checks.check_ring = lambda *a, **k: print("ring_allreduce: correct")
 _checks.POINT_TO_POINT_OPS = frozenset({"aten::clone"})
@@ -216,7 +216,7 @@ LAB4_FORGED_REPORT = '''\
 # the library's all-reduce, reached through a table bound outside the function (the source check reads only
 # the def), and the worker-side half of check_ring replaced so that the kernel forges each rank's report: the
 # sums computed here from the grader's inputs, with a send and a receive claimed for every rank
-import mlsys.course.checks as _checks
+import mlsys.labkit.checks as _checks
 
 _collective = {"sum": lambda t: dist.group.WORLD.allreduce(t).wait()}
 
@@ -370,7 +370,7 @@ LAB2_RECORD_OFF = '''\
 # import to flag), a library matmul behind an alias, and a Triton kernel that loads a few elements so that a
 # Triton load happened: the residue of evidence made in the learner's process, which only the audit can catch
 _b = print.__self__
-_worker = _b.__import__("mlsys.course.worker", fromlist=["CallRecorder"])
+_worker = _b.__import__("mlsys.grader.learnerside.worker", fromlist=["CallRecorder"])
 
 
 class _Quiet:

@@ -43,7 +43,7 @@ for up in list(here.parents)[:4]:
             con = sqlite3.connect(db); con.execute("DROP TABLE IF EXISTS grade"); con.commit()
         except Exception:
             pass
-for target in [pathlib.Path(mlsys.__file__).parent / "course" / "grading.py",
+for target in [pathlib.Path(mlsys.__file__).parent / "labkit" / "grading.py",
                pathlib.Path(mlsys.__file__).resolve().parents[1] / "labs" / "nbgrader_config.py"]:
     try:
         target.write_text("raise SystemExit\n")
@@ -97,7 +97,7 @@ ip.set_custom_exc((BaseException,), lambda shell, etype, evalue, tb, tb_offset=N
 PATCH_TIMER = r'''import time
 import torch
 import mlsys.bench.timing as timing
-from mlsys.course import grading
+from mlsys.labkit import grading
 # every measurement reports a tiny time, and every check passes
 timing.time_fn = lambda fn, device, **kw: type("T", (), {"median": 1e-9})()
 time.perf_counter = lambda: 0.0
@@ -220,7 +220,7 @@ def double(x):
 """
 
 PERF_PATCH_TRUSTED = f"""import sys
-import mlsys.course.trusted as t
+import mlsys.grader.decide.trusted as t
 # rewrite the grader in every copy this process can reach: no library op is forbidden, every share is full
 for mod in (t, sys.modules.get("__main__")):
     for name in ("forbidden_ops", "kernel_refusal"):
@@ -344,7 +344,7 @@ shell.events.register("pre_run_cell", lambda info: print(info.raw_cell))  # each
 sys.excepthook = lambda *a: None
 '''
 
-REBIND = r'''import mlsys.course.grading as grading
+REBIND = r'''import mlsys.labkit.grading as grading
 grading.assert_close = lambda *a, **k: None
 grading.assert_finite = lambda *a, **k: None
 grading.assert_no_library_calls = lambda *a, **k: None

@@ -6,7 +6,7 @@ Three child processes, one after the other:
 
 1. ``hung``: ``checks.check_kernel`` on a launcher whose kernel loops forever (``while k < n`` with the
    increment forgotten, storing in the loop), with the watchdog's limit set to ``--limit`` seconds and
-   its heartbeat to 5 s. Expected: exit code 86 (:data:`mlsys.course.watchdog.EXIT_CODE`) after about
+   its heartbeat to 5 s. Expected: exit code 86 (:data:`mlsys.labkit.watchdog.EXIT_CODE`) after about
    the limit, "still running" lines, and a last line that starts with "GPU kernel hung in".
 2. ``after``: a fresh process times a small matmul on the same GPU: the hung kernel ended with its
    process, so the GPU answers at once.
@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 KERNELS = textwrap.dedent("""
     import torch, triton, triton.language as tl
-    from mlsys.course import checks, watchdog
+    from mlsys.labkit import checks, watchdog
     watchdog.GPU_LIMIT, watchdog.HEARTBEAT = __LIMIT__, 5.0
 
     @triton.jit
@@ -107,7 +107,7 @@ def main() -> int:
     import torch
     import triton
 
-    rec = {"what": "a check of an endless Triton kernel on a GPU, under mlsys.course.watchdog",
+    rec = {"what": "a check of an endless Triton kernel on a GPU, under mlsys.labkit.watchdog",
            "method": __doc__.split("\n\n", 2)[2].strip(),
            "date": datetime.datetime.now(datetime.UTC).replace(microsecond=0).isoformat(),
            "device": torch.cuda.get_device_name(0), "software": {"torch": torch.__version__, "triton": triton.__version__,

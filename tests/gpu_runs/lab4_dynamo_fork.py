@@ -42,7 +42,7 @@ def main() -> dict[str, Any]:
     out["dynamo_import_s"] = round(time.perf_counter() - t, 2)
     out["cuda_initialized_after_dynamo"] = torch.cuda.is_initialized()
     out["threads_after_dynamo"] = threading.active_count()
-    from mlsys.course.checks import check_dp
+    from mlsys.labkit.checks import check_dp
 
     for label, touch in (("cuda not initialised", False), ("after a CUDA op in the parent", True)):
         if touch and torch.cuda.is_available():

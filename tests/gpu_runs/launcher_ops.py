@@ -71,7 +71,7 @@ def main(out: Path | None) -> dict[str, Any]:
     import torch
 
     from mlsys.bench.provenance import provenance
-    from mlsys.course import checks, grading
+    from mlsys.labkit import checks, grading
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     prov = provenance(device)

@@ -51,7 +51,7 @@ def verdict(module: str, cases: dict, cells: list[str], timeout: float, fake: bo
 
 
 def cells_of(path: Path) -> list[str]:
-    from mlsys.course.trusted import answer_cells
+    from mlsys.grader.decide.trusted import answer_cells
 
     return answer_cells(json.loads(path.read_text(encoding="utf-8")))
 
@@ -72,7 +72,7 @@ def brief(v: dict) -> dict:
 def time_step(a: argparse.Namespace, lab2: Path, left: object) -> dict:
     cells = cells_of(lab2 / "lab2_tiled_matmul.ipynb")
     new_cases = tomllib.loads((lab2 / "perf.toml").read_text())
-    res, wall = verdict("mlsys.course.trusted", new_cases, cells, min(120, left()))
+    res, wall = verdict("mlsys.grader.decide.trusted", new_cases, cells, min(120, left()))
     row = {"new": {"wall_s": wall, "verdicts": {g: brief(v) for g, v in res.get("verdicts", {}).items()},
                    "fatal": res.get("fatal"), "phases_s": res.get("phases_s")}}
     print(f"time new: {wall:.1f} s {row['new']}", flush=True)
@@ -89,7 +89,7 @@ def time_step(a: argparse.Namespace, lab2: Path, left: object) -> dict:
 def repeat_step(lab: str, n: int, left: object, fake: bool = False) -> dict:
     spec = tomllib.loads((REPO / "labs" / "source" / lab / "perf.toml").read_text())
     cases = {f"{gid}__{i + 1:02d}": d for i in range(n) for gid, d in spec.items()}
-    res, wall = verdict("mlsys.course.trusted", cases, cells_of(REPO / "labs" / "source" / lab / f"{lab}.ipynb"),
+    res, wall = verdict("mlsys.grader.decide.trusted", cases, cells_of(REPO / "labs" / "source" / lab / f"{lab}.ipynb"),
                         left() - 10, fake)
     row = {"wall_s": wall, "fatal": res.get("fatal"), "phases_s": res.get("phases_s"),
            "verdicts": {g: brief(v) for g, v in res.get("verdicts", {}).items()}}
@@ -103,7 +103,7 @@ def repeat_step(lab: str, n: int, left: object, fake: bool = False) -> dict:
 def release_step(lab: str, left: object) -> dict:
     """The untouched release of ``lab`` (answer cells as handed out) through the verdict process: it must earn 0."""
     spec = tomllib.loads((REPO / "labs" / "source" / lab / "perf.toml").read_text())
-    res, wall = verdict("mlsys.course.trusted", spec, cells_of(REPO / "labs" / "release" / lab / f"{lab}.ipynb"),
+    res, wall = verdict("mlsys.grader.decide.trusted", spec, cells_of(REPO / "labs" / "release" / lab / f"{lab}.ipynb"),
                         max(left() - 5, 5))
     row = {"wall_s": wall, "fatal": res.get("fatal"), "verdicts": {g: brief(v) for g, v in res.get("verdicts", {}).items()}}
     for g, v in row["verdicts"].items():
@@ -120,7 +120,7 @@ def corpus_step(a: argparse.Namespace, left: object) -> dict:
     rows: dict = {}
 
     def one(name: str) -> tuple[str, dict, float]:
-        res, wall = verdict("mlsys.course.trusted", spec, cells_of(CORPUS / f"{name}.nb.json"), max(left() - 5, 5), a.fake)
+        res, wall = verdict("mlsys.grader.decide.trusted", spec, cells_of(CORPUS / f"{name}.nb.json"), max(left() - 5, 5), a.fake)
         return name, res, wall
     names = [n for n in PERF_CASES if (CORPUS / f"{n}.nb.json").is_file()]
     with cf.ThreadPoolExecutor(1 if a.fake else 3) as pool:
@@ -149,7 +149,7 @@ def lab4_step(n: int, left: object, fake: bool = False, only: list[str] | None =
         if left() < 40:
             cases[name] = {"skipped": "device budget spent"}
             continue
-        res, wall = verdict("mlsys.course.trusted", spec, cells_of(corpus / f"{name}.nb.json"), min(150, left() - 10),
+        res, wall = verdict("mlsys.grader.decide.trusted", spec, cells_of(corpus / f"{name}.nb.json"), min(150, left() - 10),
                             fake)
         v = res.get("verdicts", {}).get("perf_ring", {"reason": res.get("fatal", "no verdict")})
         attack = float(want["performance_score"]) == 0.0

@@ -1,6 +1,6 @@
 """A lab's trusted performance cases on this machine: ``python tests/gpu_runs/trusted_lab.py LAB OUT.json``.
 
-Runs ``python -P -m mlsys.course.trusted`` (the grader's fresh process) on the answer cells of the
+Runs ``python -P -m mlsys.grader.decide.trusted`` (the grader's fresh process) on the answer cells of the
 lab's instructor notebook (which should earn its points on a GPU) and of its untouched release (which
 must earn none), with the lab's ``perf.toml``, and writes both verdicts with the device, date and
 versions. ``--fake`` uses the fake timer (a CPU check of the plumbing).
@@ -21,11 +21,11 @@ REPO = Path(__file__).resolve().parents[2]
 
 def verdicts(notebook: Path, cases: dict, fake: bool) -> dict:
     sys.path.insert(0, str(REPO))
-    from mlsys.course import trusted
+    from mlsys.grader.decide import trusted
 
     job = {"cases": cases, "cells": trusted.answer_cells(json.loads(notebook.read_text(encoding="utf-8"))),
            "fake": fake, "nonce": "TRUSTED-LAB"}
-    proc = subprocess.run([sys.executable, "-P", "-m", "mlsys.course.trusted"], input=json.dumps(job), cwd=REPO,
+    proc = subprocess.run([sys.executable, "-P", "-m", "mlsys.grader.decide.trusted"], input=json.dumps(job), cwd=REPO,
                           capture_output=True, text=True, timeout=1800)
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("TRUSTED-LAB ")), None)
     if line is None:

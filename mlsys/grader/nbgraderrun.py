@@ -1,0 +1,104 @@
+"""nbgrader run by the course's grader: one command at a time with a log and a time limit (every live one
+ended on an interrupt), a scratch course of the labs, their generated assignments, the students registered.
+
+Moved out of :mod:`mlsys.grader.teach` (issue 48, "a size it can keep"); ``teach`` re-exports its names.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+from mlsys.grader import gradebook
+from mlsys.grader.slots import Slot
+from mlsys.runtime.paths import checkout
+from mlsys.runtime.processes import kill_tree
+
+_LIVE: set[int] = set()  # nbgrader processes running now (killed, with everything below them, on Ctrl-C)
+
+
+_LIVE_LOCK = threading.Lock()
+
+
+def _run(args: list[str], cwd: Path, timeout: float, log: Path,
+         env: dict[str, str] | None = None, slot: Slot | None = None) -> tuple[int | None, str]:
+    """Run ``python -m nbgrader ARGS`` in its own process group; (returncode or None on timeout, log tail).
+
+    ``slot`` pins it (and the sandboxes it starts) to that slot's CPU cores and GPU.
+    """
+    env = dict(os.environ, PYTHONHASHSEED="0", MPLBACKEND="Agg", PYDEVD_DISABLE_FILE_VALIDATION="1", **(env or {}))
+    if slot is not None:
+        env.update(slot.env())
+    # the grader's own mlsys (nbgrader_config.py imports its sandboxed executor) whatever the working folder
+    pkg_parent = str(checkout())
+    env["PYTHONPATH"] = os.pathsep.join([pkg_parent, *[p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]])
+    # nbgrader runs the `alembic` script of its own environment: put that environment's bin first
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    argv = [*(slot.prefix() if slot is not None else []), sys.executable, "-m", "nbgrader", *args]
+    with open(log, "ab") as fh:
+        proc = subprocess.Popen(argv, cwd=cwd, stdout=fh, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+        with _LIVE_LOCK:
+            _LIVE.add(proc.pid)
+        try:
+            rc: int | None = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            rc = None
+        finally:
+            kill_tree(proc.pid)
+            proc.wait()
+            with _LIVE_LOCK:
+                _LIVE.discard(proc.pid)
+    with open(log, "rb") as fh:
+        fh.seek(max(0, log.stat().st_size - 20_000))
+        return rc, fh.read().decode("utf-8", "replace")
+
+
+def _kill_live() -> None:
+    """End every nbgrader process this run started and everything below it (an interrupted run)."""
+    with _LIVE_LOCK:
+        pids = list(_LIVE)
+    for pid in pids:
+        kill_tree(pid)
+
+
+def _scratch_course(root: Path, labs: list[str], tmp: Path) -> Path:
+    course = tmp / "course"
+    (course / "source").mkdir(parents=True)
+    shutil.copy2(root / "nbgrader_config.py", course / "nbgrader_config.py")
+    for lab in labs:
+        # a run of the notebook leaves outputs beside it (Lab 6's profiles, *_trace.json): never part of a release
+        shutil.copytree(root / "source" / lab, course / "source" / lab,
+                        ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__", "*_trace.json"))
+    return course
+
+
+def _generate(course: Path, lab: str, timeout: float = 300, db: str | None = None) -> None:
+    """``nbgrader generate_assignment`` in the scratch ``course``, registering the lab in ``db`` (default: the
+    scratch course's own gradebook)."""
+    rc, out = _run(["generate_assignment", lab, "--force", "--db", db or f"sqlite:///{course / 'gradebook.db'}"],
+                   course, timeout, course / f"generate_{lab}.log")
+    if rc != 0:
+        raise RuntimeError(f"nbgrader generate_assignment {lab} failed (exit {rc}):\n{out[-4000:]}")
+
+
+def register(root: Path, labs: list[str]) -> list[str]:
+    """Register ``labs`` in the course gradebook ``root/gradebook.db`` (nbgrader's assignment, notebook and
+    cells), so that formgrader's Autograde button and ``nbgrader autograde`` work on labs released by
+    ``make release``. Returns a warning per lab that could not be registered (e.g. its cells changed after
+    submissions were recorded: nbgrader keeps the gradebook as it is then)."""
+    warnings = []
+    with tempfile.TemporaryDirectory(prefix="mlsys-register-") as tmp:
+        course = _scratch_course(root, labs, Path(tmp))
+        for lab in labs:
+            try:
+                _generate(course, lab, db=gradebook.db_url(root))
+            except RuntimeError as exc:
+                last = [ln for ln in str(exc).splitlines() if ln.strip()][-1:] or [""]
+                warnings.append(f"{lab} is not registered in {root / 'gradebook.db'}: {last[0][:300]}")
+    return warnings
