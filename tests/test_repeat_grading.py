@@ -29,7 +29,7 @@ def test_an_honest_lab1_keeps_every_point_with_both_cores_busy():
     (two busy loops for the whole run, so the 1-minute load never falls below 2). The run before the bound changed
     lost one point to a peak 20.3x slower than the grader's figure: the bound now in force accepts that ratio and
     still refuses a unit slip of 1000x."""
-    from mlsys.course.silentchecks import ROOF_SLOWER
+    from mlsys.labkit.silentchecks import ROOF_SLOWER
 
     rec = json.loads((REPO / "data" / "grading" / "lab1_busy_cores.json").read_text())
     (lab,) = rec["labs"]
