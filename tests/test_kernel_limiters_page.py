@@ -80,7 +80,7 @@ def test_chapter_shows_the_kernel_timings_as_missing_until_the_record_exists(rec
     copy = json.loads((data / "nvidia-h200" / "roofs.json").read_text())["figures"]["copy_bandwidth"]["value"]
     # 4.0 TB/s by construction, against the H200's measured copy roof
     row = next(line for line in table.splitlines() if line.startswith("| vector add, CUDA"))
-    assert "| 4 |" in row and f"{4.0e12 / copy:.0%}" in row and "dram (dram 91%)" in row and "88%" in row
+    assert "| 4 |" in row and f"{4.0e12 / copy:.0%}" in row and "| DRAM | 91% | DRAM, 91% |" in row and "88%" in row
     assert "failed: RuntimeError: no nvcc" in table  # a case that failed is said to have failed
     assert "row softmax, CUDA | failed: not recorded" in table
     assert "kernel_limiters.json" in _glued(nb, "ch8_kl_notes")
