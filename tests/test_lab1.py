@@ -195,8 +195,11 @@ SUM_N_FLOPS = "    return Q_(numel, 'FLOP'), ((numel + 1) * itemsize(dtype)).to(
 SUM_NO_OUTPUT = "    return Q_(numel - 1, 'FLOP'), (numel * itemsize(dtype)).to('byte')\n"
 NORM_NO_PARAMS = "    return Q_(8 * rows * hidden, 'FLOP'), (2 * rows * hidden * itemsize(dtype)).to('byte')\n"
 # the machine's own figures (its fastest calls, as the check measures them: a loaded test machine slows the
-# notebook's medians far more), with the bandwidth counted in bits
-BITS_ROOF = ('peak, bw = micro.quick_roof(device)\n'
+# notebook's medians far more), with the bandwidth counted in bits. The check keeps the fastest of up to three
+# re-measurements while a roof looks too fast, so the slip takes the fastest of three too: one copy timed while
+# the other test worker streamed memory came out at least 2.6 times slow in CI (2026-12-02), which hid the 8 inside the
+# check's factor of 3 for load
+BITS_ROOF = ('peak, bw = (max(f) for f in zip(*(micro.quick_roof(device) for _ in range(3))))\n'
              'my_roof = Roof(Q_(peak, "FLOP/s"), Q_(8 * bw, "byte/s"), "bits read as bytes")\n')
 
 NEWCOMER_SLIPS = [  # (slip, replaced cells, the visible check that must fail, what its message must say)
