@@ -48,11 +48,13 @@ book: $(STAMP)
 # share a session's expensive work (a lab's graded course, the Slurm node) stay on one
 # worker (--dist loadgroup, groups set in tests/conftest.py), and the longest work units are sent first in the order
 # tests/conftest.py gives (LONGEST; without --no-loadscope-reorder xdist sends the groups with the most tests first,
-# whatever their length: Lab 3's three tests before Lab 4's two). The 20 slowest tests are listed at the end.
+# whatever their length: Lab 3's three tests before Lab 4's two). The 20 slowest tests are listed at the end;
+# every test's seconds are in _build/test-report.xml (JUnit XML: `time` of each testcase).
 TEST_WORKERS ?= 3
 test: $(STAMP)
 	$(BIN)/ruff check mlsys tests
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=20
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=20 \
+		--junitxml=_build/test-report.xml
 
 # Every test of tests/ but the slow ones (a test that takes over ~2 s of CPU is marked @pytest.mark.slow);
 # no test file executes a notebook at import (the labs' kernels are session fixtures in tests/conftest.py).
