@@ -373,6 +373,24 @@ def test_nbgrader_cli_refuses_before_it_deletes(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_first_run_seeds_the_course_gradebook_and_never_replaces_one(tmp_path):
+    """A course without a gradebook gets the scratch course's (its labs generated, nobody graded yet) instead of a
+    second generate_assignment; a gradebook that exists is left as it is, and no temporary file stays behind."""
+    from mlsys.grader.nbgraderrun import seed_gradebook
+
+    scratch, root = tmp_path / "scratch", tmp_path / "course"
+    scratch.mkdir()
+    root.mkdir()
+    assert not seed_gradebook(root, scratch)  # nothing generated: nothing to seed
+    (scratch / "gradebook.db").write_bytes(b"generated labs")
+    assert seed_gradebook(root, scratch)
+    assert (root / "gradebook.db").read_bytes() == b"generated labs"
+    (root / "gradebook.db").write_bytes(b"formgrader scores")
+    assert not seed_gradebook(root, scratch)
+    assert (root / "gradebook.db").read_bytes() == b"formgrader scores"
+    assert sorted(p.name for p in root.iterdir()) == ["gradebook.db"]
+
+
 def test_nbgrader_feedback_and_export_after_teach_grade_leak_nothing_and_agree(tmp_path):
     """teach grade; nbgrader generate_feedback --force; nbgrader export; teach grade again: no hidden test in any
     feedback page (one learner prints what the hidden tests passed it), no file deleted, the two CSVs agree."""

@@ -16,7 +16,7 @@ from typing import Any
 
 from mlsys.grader import sandbox, sanitize
 from mlsys.grader.gradedrow import Row, _failed, _finish
-from mlsys.grader.nbgraderrun import _generate, _scratch_course
+from mlsys.grader.nbgraderrun import _generate, _scratch_course, seed_gradebook
 from mlsys.grader.release import lab_names
 from mlsys.grader.rowstore import RowStore, submission_key
 from mlsys.grader.submission import Submission, _grade_one, _Prepared, _RunSettings, printable_name
@@ -186,6 +186,7 @@ def _prepare(root: Path, labs: list[str], dest: Path, *, use_sandbox: bool, perf
     base = _scratch_course(root, labs, dest)
     for lab in labs:
         _generate(base, lab)
+    seed_gradebook(root, base)  # a course's first run: its gradebook without generating the labs a second time
     scratch = dest / "scratch"
     scratch.mkdir(exist_ok=True)
     run = _RunSettings(mode="bwrap" if use_sandbox else "none", site=sandbox.build_site(dest / "site"),

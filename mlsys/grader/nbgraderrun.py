@@ -87,6 +87,27 @@ def _generate(course: Path, lab: str, timeout: float = 300, db: str | None = Non
         raise RuntimeError(f"nbgrader generate_assignment {lab} failed (exit {rc}):\n{out[-4000:]}")
 
 
+def seed_gradebook(root: Path, course: Path) -> bool:
+    """Give a course without a gradebook the scratch ``course``'s (its labs just generated, no student in it).
+
+    That gradebook holds what :func:`register` would write into an empty ``root/gradebook.db``: the same
+    ``generate_assignment`` over the same sources, which cost a second nbgrader and alembic start (about 3.5
+    CPU-seconds per grading run). Created exclusively: a gradebook that exists (formgrader's scores, another
+    run's) is never replaced. Returns whether it was seeded."""
+    src, dest = Path(course) / "gradebook.db", Path(root) / "gradebook.db"
+    if not src.is_file() or dest.exists():
+        return False
+    tmp = dest.with_name(f".gradebook.db.{os.getpid()}.{threading.get_ident()}")
+    shutil.copyfile(src, tmp)
+    try:
+        os.link(tmp, dest)  # fails if another run created one meanwhile: theirs is kept
+    except OSError:  # that, or a filesystem without hard links: register() writes it after grading instead
+        return False
+    finally:
+        tmp.unlink()
+    return True
+
+
 def register(root: Path, labs: list[str]) -> list[str]:
     """Register ``labs`` in the course gradebook ``root/gradebook.db`` (nbgrader's assignment, notebook and
     cells), so that formgrader's Autograde button and ``nbgrader autograde`` work on labs released by
