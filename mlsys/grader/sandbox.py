@@ -49,9 +49,10 @@ import secrets
 import shutil
 import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from mlsys.grader.siteinstall import pip_install
 
 __all__ = ["SandboxUnavailable", "Limits", "Cgroup", "bwrap_path", "check", "build_site", "command", "INSIDE_HOME",
            "NO_SANDBOX_WARNING", "SANDBOX_UID", "CLEAN_UID", "TMP_BYTES", "ETC_FILES", "own_scratch", "cgroup_note",
@@ -419,7 +420,8 @@ def build_site(dest: Path) -> Path:
     """Install ``mlsys`` (without dependencies) into the folder ``dest``; return ``dest``.
 
     Built once per grading run and bound read-only into every sandbox. From a source checkout it is
-    ``pip install --no-deps --target`` of the package (a real install, with its metadata); where
+    ``pip install --no-deps --target`` of the package (a real install, with its metadata; kept by the sources'
+    digest, :func:`mlsys.grader.siteinstall.pip_install`); where
     that is not possible (an installed course, no build backend) the installed package is copied.
     Only the ``mlsys`` package and the recorded measurements (``data/measurements``, public) go in:
     nothing of ``labs/`` (solutions, hidden tests) ever does.
@@ -436,19 +438,8 @@ def build_site(dest: Path) -> Path:
     measured = data_dir()
     if measured.is_dir():
         shutil.copytree(measured, dest / "data" / "measurements", dirs_exist_ok=True)
-    if (repo / "pyproject.toml").is_file():
-        with tempfile.TemporaryDirectory(prefix="mlsys-src-") as tmp:
-            # copy the sources first so that a build writes nothing into the repository
-            src = Path(tmp) / "src"
-            src.mkdir()
-            shutil.copy2(repo / "pyproject.toml", src / "pyproject.toml")
-            shutil.copytree(pkg, src / "mlsys", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-            proc = subprocess.run(
-                [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-                 "--no-compile", "--no-index", "--disable-pip-version-check", "--target", str(dest), str(src)],
-                capture_output=True, text=True, timeout=600)
-        if proc.returncode != 0:
-            shutil.rmtree(dest / "mlsys", ignore_errors=True)
+    if (repo / "pyproject.toml").is_file() and not pip_install(repo / "pyproject.toml", pkg, dest):
+        shutil.rmtree(dest / "mlsys", ignore_errors=True)
     # the package's own files over the install: data files a build configuration might leave out are there too
     shutil.copytree(pkg, dest / "mlsys", dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     # the sandbox's host name resolves to loopback (torch.distributed's gloo looks itself up by name)
