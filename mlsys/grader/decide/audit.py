@@ -42,35 +42,8 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-# What moved out of this module (issue 48, "a size it can keep"), importable from here as before.
-from mlsys.grader.decide.auditor import Auditor, Flag, _dotted, _folded, _suspect_path  # noqa: F401
-from mlsys.grader.decide.auditrules import (  # noqa: F401
-    _CALL_KIND,
-    _COURSE_INTERNALS,
-    _COURSE_MODULES,
-    _GET_IPYTHON,
-    _HELPERS,
-    _IMITATED_BASES,
-    _IMITATION_DUNDERS,
-    _IPYTHON_TEXT,
-    _KERNEL_BUILTINS,
-    _LEARNER_COURSE_MODULES,
-    _LEARNER_COURSE_NAMES,
-    _LEGIT_BASES,
-    _LOOKUP_BUILTINS,
-    _MAGIC,
-    _MODULE_KIND,
-    _NUMBER_BASES,
-    _PATCHABLE,
-    _PRIVATE_PARTS,
-    _REACHED_MODULES,
-    _STREAMS,
-    _SUSPECT_ATTRS,
-    _TL_METHODS,
-    ALLOWED_MODULES,
-    _module_kind,
-    _patchable_names,
-)
+from mlsys.grader.decide.auditor import Auditor, Flag, _dotted
+from mlsys.grader.decide.auditrules import _MAGIC, ALLOWED_MODULES
 from mlsys.runtime import pysource
 from mlsys.runtime.notebook import is_autograded
 
