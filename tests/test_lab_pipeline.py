@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from mlsys.grader import teach
+from mlsys.runtime.notebook import DEMO_NOTE, demo_ids
 from mlsys.runtime.processes import live_processes_with
 
 REPO = Path(__file__).resolve().parent.parent
@@ -223,6 +224,14 @@ def test_instructor_version_gets_full_marks_and_untouched_release_zero(lab, grad
         assert good.performance == "not graded (no GPU)"
         assert "not graded here (no GPU)" in good.summary and "0 /" not in good.summary.split(";")[1]
     assert good.summary.startswith(f"{good.correctness_max:g} / {good.correctness_max:g} autograded"), good.summary
+    # the lab's demonstrations (benchmarks, plots) are not run by the grader, and say so to the learner
+    graded = _nb(root / "autograded" / "instructor" / lab / f"{lab}.ipynb")["cells"]
+    demos = demo_ids(_nb(LABS / "source" / lab / f"{lab}.ipynb")["cells"])
+    shown = {c["metadata"]["nbgrader"]["grade_id"]: c.get("outputs", []) for c in graded
+             if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") in demos}
+    assert set(shown) == demos, (sorted(shown), sorted(demos))
+    for gid, outputs in shown.items():
+        assert [o.get("text") for o in outputs] == [DEMO_NOTE], (gid, outputs)
     with open(root / "grades.csv", newline="") as fh:
         assert {(r["student"], r["lab"]) for r in csv.DictReader(fh)} == {(s, lab) for s in rows}
 

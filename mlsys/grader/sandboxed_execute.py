@@ -41,7 +41,7 @@ from mlsys.grader.decide.verdict import METADATA_KEY, Verdict
 from mlsys.grader.learnerside.testcells import answer_names, course_imports, grader_cells
 from mlsys.grader.sandboxrun import run_in_sandbox, run_verdict
 from mlsys.labkit.grading import NOT_GRADED
-from mlsys.runtime.notebook import error_output, is_autograded
+from mlsys.runtime.notebook import DEMO_NOTE, demo_ids, error_output, is_autograded
 
 __all__ = ["SandboxedExecute", "run_in_sandbox", "answer_cells"]
 
@@ -52,6 +52,14 @@ def _nbg(cell: Any) -> dict[str, Any]:
 
 def _is_test(cell: Any) -> bool:
     return is_autograded(_nbg(cell))
+
+
+def _demo_cells(nb: Any, source_nb: dict[str, Any]) -> set[int]:
+    """Indices of the submission's demonstration cells, named by the instructor notebook (the submission's own
+    metadata is never trusted): locked cells, restored from the gradebook, that grade nothing."""
+    ids = demo_ids(source_nb.get("cells", []))
+    return {i for i, c in enumerate(nb.cells) if c.cell_type == "code" and str(_nbg(c).get("grade_id", "")) in ids
+            and _nbg(c).get("locked") and not _nbg(c).get("grade") and not _nbg(c).get("solution")}
 
 
 def _copy_submission(src: Path | None, dest: Path) -> None:
@@ -107,6 +115,7 @@ class SandboxedExecute(Execute):
         name = "notebook.ipynb"
         nbformat.write(nb, str(work / name))
         source_nb = _instructor_notebook(self._resources)
+        demos = _demo_cells(nb, source_nb)
         if (source_nb.get("metadata", {}).get("mlsys", {}) or {}).get("test_cells") == "grader":
             # the lab's test cells run in the grader process, not in the kernel that ran the answers
             job_grader = {"grader_cells": sorted(i for i, c in enumerate(nb.cells) if _is_test(c) and i not in perf_idx),
@@ -116,7 +125,7 @@ class SandboxedExecute(Execute):
                           "test_order": [str(_nbg(c).get("grade_id")) for c in source_nb.get("cells", []) if _is_test(c)]}
         else:
             job_grader = {}
-        job = {**job_grader, "notebook": name, "skip": sorted(perf_idx), "timeout": self.timeout,
+        job = {**job_grader, "notebook": name, "skip": sorted(perf_idx | demos), "timeout": self.timeout,
                "interrupt_on_timeout": self.interrupt_on_timeout, "startup_timeout": self.startup_timeout,
                "error_on_timeout": self.error_on_timeout, "census": settings.get("mode") == "bwrap"}
         results, ended = run_in_sandbox("mlsys.grader.learnerside.cellrunner", job, work, settings, deadline=deadline,
@@ -138,7 +147,10 @@ class SandboxedExecute(Execute):
         for i, cell in enumerate(nb.cells):
             if cell.cell_type != "code" or i in perf_idx:
                 continue
-            if i in got:
+            if i in demos:
+                cell.outputs = [nbformat.from_dict({"output_type": "stream", "name": "stdout", "text": DEMO_NOTE})]
+                cell.execution_count = None
+            elif i in got:
                 cell.outputs = [nbformat.from_dict(o) for o in got[i].get("outputs", [])]
                 cell.execution_count = got[i].get("execution_count")
                 status = got[i].get("status")

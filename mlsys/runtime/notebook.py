@@ -26,8 +26,8 @@ from typing import Any
 
 from . import pysource
 
-__all__ = ["Cell", "cell_source", "is_autograded", "code_cells", "exec_cell", "run_cells", "exec_cells",
-           "error_output"]
+__all__ = ["Cell", "cell_source", "is_autograded", "demo_ids", "DEMO_NOTE", "code_cells", "exec_cell", "run_cells",
+           "exec_cells", "error_output"]
 
 
 def cell_source(cell: dict[str, Any]) -> str:
@@ -39,6 +39,24 @@ def cell_source(cell: dict[str, Any]) -> str:
 def is_autograded(nbgrader: dict[str, Any] | None) -> bool:
     """An autograded test cell, from its ``metadata.nbgrader``: ``grade`` without ``solution``."""
     return bool(nbgrader) and bool(nbgrader.get("grade")) and not nbgrader.get("solution")
+
+
+def demo_ids(cells: list[dict[str, Any]]) -> set[str]:
+    """Grade ids of the demonstrations among ``cells`` (a lab's instructor notebook): locked code cells that grade
+    nothing and hold no answer, marked ``"mlsys": {"demo": true}`` by the lab's author (benchmarks, plots, the
+    recorded figures). The grader does not run them: no graded cell needs what they bind (tests/test_lab_demos.py)."""
+    out = set()
+    for cell in cells:
+        meta = cell.get("metadata", {}) or {}
+        nbg = meta.get("nbgrader", {}) or {}
+        if (cell.get("cell_type") == "code" and (meta.get("mlsys", {}) or {}).get("demo") and nbg.get("locked")
+                and not nbg.get("grade") and not nbg.get("solution") and nbg.get("grade_id")):
+            out.add(str(nbg["grade_id"]))
+    return out
+
+
+DEMO_NOTE = ("A demonstration: the grader does not run it (it grades nothing, and no graded cell needs it). "
+             "Run it in your own notebook to see its output.\n")
 
 
 @dataclass(frozen=True)
