@@ -97,6 +97,25 @@ def test_a_visible_test_after_a_hidden_one_reports_a_generic_failure():
     assert _cell(fb, "test-total")["outputs"] == [sanitize._failure(sanitize.HIDDEN_FAILED)]
 
 
+def test_a_demonstration_after_the_tests_shows_the_graders_note_and_a_learners_claim_to_one_is_ignored():
+    """A demonstration the grader left out (named by the instructor notebook) shows the grader's note, whatever the
+    graded copy holds; the learner's answer cell that calls itself one still shows only the after-tests note."""
+    from mlsys.runtime.notebook import DEMO_NOTE
+
+    source, graded = _graded_tiny()
+    demo = {"cell_type": "code", "id": "bench", "execution_count": None, "source": "plot()",
+            "metadata": {"nbgrader": {"grade_id": "bench", "locked": True, "grade": False, "solution": False},
+                         "mlsys": {"demo": True}}}
+    source["cells"].append(copy.deepcopy(demo))
+    demo["outputs"] = [_out("1e30 smuggled\n")]
+    graded["cells"].append(demo)
+    _cell(graded, "total").setdefault("metadata", {})["mlsys"] = {"demo": True}  # the submission's claim
+    fb = sanitize.feedback_notebook(graded, source)
+    assert _cell(fb, "bench")["outputs"] == [_out(DEMO_NOTE)]
+    assert _cell(fb, "total")["outputs"] == [_out(sanitize.AFTER_TESTS)]
+    assert "smuggled" not in json.dumps(fb)
+
+
 def test_leaks_finds_hidden_tests_in_a_page_as_nbgrader_writes_it():
     source = TINY
     assert sanitize.leaks("<span>### BEGIN HIDDEN TESTS</span>", source) == ["### BEGIN HIDDEN TESTS"]

@@ -24,7 +24,8 @@ The feedback page (:func:`feedback_notebook`, run by nbgrader's ``generate_feedb
 :class:`mlsys.grader.nbgrader_hooks.ReturnableFeedback` on every route) returns less: nothing the
 learner's code saw after the tests started. Every output of a code cell is written by a process that
 runs the learner's code, so from the first test cell on no output of the run is returned: other cells'
-outputs are replaced by :data:`AFTER_TESTS`, a test cell that passed shows no output, and a failed test
+outputs are replaced by :data:`AFTER_TESTS` (a demonstration the grader did not run shows
+:data:`mlsys.runtime.notebook.DEMO_NOTE`), a test cell that passed shows no output, and a failed test
 cell shows its error message only while no hidden test has run yet and the cell has none; otherwise
 :data:`HIDDEN_FAILED`, a generic failure. Performance cells keep their output (the trusted process
 writes it). The teacher's autograded notebook keeps the full messages.
@@ -36,6 +37,8 @@ import json
 import re
 from pathlib import Path
 from typing import Any
+
+from mlsys.runtime.notebook import DEMO_NOTE, demo_ids
 
 __all__ = ["HIDDEN_LINE", "INERT_MIME", "AFTER_TESTS", "HIDDEN_FAILED", "hidden_lines", "sanitize_notebook",
            "sanitize_file", "feedback_notebook", "leaks"]
@@ -175,6 +178,7 @@ def feedback_notebook(nb: dict[str, Any], source_nb: dict[str, Any]) -> dict[str
     produced after the tests started (see the module doc). Which cells hold hidden tests is read from
     ``source_nb``, the instructor's notebook, never from the submission."""
     hidden = _hidden_ids(source_nb)
+    demos = demo_ids(source_nb.get("cells", []))
     sanitize_notebook(nb, source_nb)
     started = hidden_ran = False
     for cell in nb.get("cells", []):
@@ -182,6 +186,10 @@ def feedback_notebook(nb: dict[str, Any], source_nb: dict[str, Any]) -> dict[str
             continue
         test = _is_test(cell)
         gid = str(_nbgrader_meta(cell).get("grade_id", ""))
+        if gid in demos and not test and not _nbgrader_meta(cell).get("solution"):
+            # the grader did not run it: whatever it holds is the grader's note, never the learner's output
+            cell["outputs"] = [{"output_type": "stream", "name": "stdout", "text": DEMO_NOTE}]
+            continue
         started = started or test
         if not started or (test and gid.startswith("perf_")):
             continue
