@@ -6,12 +6,12 @@ is a locked cell without points or answer (a cell the gradebook restores, whose 
 
 from __future__ import annotations
 
-import ast
 import builtins
 import json
 from pathlib import Path
 
 import pytest
+from test_learner_mistakes import _names
 
 from mlsys.runtime.notebook import cell_source, demo_ids
 
@@ -29,20 +29,8 @@ def _gid(cell: dict) -> str:
 
 
 def _bound_and_read(src: str) -> tuple[set[str], set[str]]:
-    """(names a cell binds at any level, names it reads); IPython magics dropped."""
-    lines = ["" if ln.lstrip().startswith(("%", "!")) else ln for ln in src.splitlines()]
-    tree = ast.parse("\n".join(lines))
-    bound, read = set(), set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name):
-            (read if isinstance(node.ctx, ast.Load) else bound).add(node.id)
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            bound.add(node.name)
-        elif isinstance(node, ast.alias):
-            bound.add((node.asname or node.name).split(".")[0])
-        elif isinstance(node, ast.arg):
-            bound.add(node.arg)
-    return bound, read
+    """(names a cell binds at any level, names it reads), IPython magics dropped: the mistakes corpus' reader."""
+    return _names("\n".join("" if ln.lstrip().startswith(("%", "!")) else ln for ln in src.splitlines()))
 
 
 def test_every_lab_with_heavy_demonstrations_marks_them():
