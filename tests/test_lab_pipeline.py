@@ -337,6 +337,9 @@ def test_bad_submission_corpus(tmp_path, shard):
     if "good" in expected:
         assert report["good"]["performance"] == "graded" and report["good"]["performance_score"] == "1"
         assert report["good"]["summary"] == "3 / 3 autograded; performance 1 / 1"
+        kept = json.loads((root / ".grading" / "evidence" / "lab0_tiny" / "good.json").read_text())
+        assert kept["perf"]["perf_speed"]["credit"] == 1.0  # the verdict with its evidence, for the teacher
+        assert kept["perf"]["perf_speed"]["evidence"]["learner_rounds_s"], kept["perf"]["perf_speed"]
     if "steal_solution" in expected:
         assert "file" in report["steal_solution"]["flags"]
     if "malformed_json" in expected:

@@ -554,6 +554,45 @@ def test_trace_coverage_slack_grows_by_what_the_baselines_trace_did_not_see():
     assert "accounts for" in trusted.coverage_refusal(5e-6, 200e-6, untraced_base_s=-1.0)  # never below zero
 
 
+def test_a_coverage_refusal_is_measured_again_before_it_stands():
+    """Rounds of 5 calls; the grader's own overhead round 2.5 ms; the clean baseline's round 3.0 ms with 70 us
+    traced per call, so (3.0 - 2.5) / 5 - 0.07 = 30 us per call its trace did not see. A learner's round of
+    9.0 ms is (9.0 - 2.5) / 5 = 1.3 ms per call: a quarter of (1300 - 50 - 30) = 305 us, which 41 us of traced
+    kernels does not cover, so more rounds are measured. A later round of 3.0 ms (100 us per call) leaves a
+    quarter of (100 - 50 - 30) = 5 us to cover: the fastest round clears it."""
+    from types import SimpleNamespace
+
+    case = trusted.PerfCase.from_dict("perf_double", dict(CASE, repeats=5))
+    prep = trusted._Prepared(case=case, shapes=[], fresh_shapes=[], ref_fn=None, base_fn={}, empty_fn={},
+                             base=[3.0e-3], over=[2.5e-3], base_traced=[70e-6])
+    v = SimpleNamespace(fake=False)
+    assert trusted._uncovered(v, prep, [41e-6], [9.0e-3, 9.4e-3])
+    assert not trusted._uncovered(v, prep, [41e-6, 41e-6], [9.0e-3, 3.0e-3])
+    assert not trusted._uncovered(v, prep, [], [9.0e-3])  # no trace (a CPU): nothing to judge
+    assert not trusted._uncovered(SimpleNamespace(fake=True), prep, [41e-6], [9.0e-3])  # a fake clock: neither
+
+
+def test_trace_coverage_slack_grows_by_how_much_the_baselines_untraced_time_varied():
+    """Rounds of 5 calls, the baseline's copy traced at 70 us per call. Baseline rounds 8.64, 7.52, 7.46 ms and
+    overhead rounds 2.71, 2.56, 3.45 ms: untraced per call (8.64 - 2.56) / 5 - 0.07 = 1.146 ms, then 0.922 and
+    0.910 ms, so 0.910 ms allowed and 0.236 ms of spread; the overhead's noise is (3.45 - 2.56) / 5 = 0.178 ms.
+    An honest learner at 1.42 ms per call with 31 us traced leaves a quarter of (1420 - 50 - 178 - 236 - 910)
+    = 11.5 us to cover: covered (without the baseline's spread it would be 70.5 us: refused). Work hidden from
+    the trace, 2.5 ms per call, leaves a quarter of (2500 - 50 - 178 - 236 - 910) = 281.5 us: refused."""
+    from types import SimpleNamespace
+
+    case = trusted.PerfCase.from_dict("perf_double", dict(CASE, repeats=5))
+    prep = trusted._Prepared(case=case, shapes=[], fresh_shapes=[], ref_fn=None, base_fn={}, empty_fn={},
+                             base=[8.64e-3, 7.52e-3, 7.46e-3], over=[2.71e-3, 2.56e-3, 3.45e-3],
+                             base_traced=[70e-6, 70e-6, 70e-6])
+    v = SimpleNamespace(fake=False)
+    ev: dict = {}
+    trusted._coverage_check(v, prep, [31e-6], 1.42e-3, ev)
+    assert ev["baseline_untraced_s"] == pytest.approx(0.910e-3)
+    with pytest.raises(trusted._Refused, match="accounts for 31 us of the 2.5e\\+03 us"):
+        trusted._coverage_check(v, prep, [31e-6], 2.5e-3, {})
+
+
 def test_a_round_that_skipped_the_graders_own_kernels_is_refused():
     """The clean worker's overhead round of 20 calls ran 1000 us of the grader's kernels (inputs, fingerprints):
     a learner's round of the same calls with 300 us of them (a cheaper fingerprint patched in, outputs computed

@@ -105,6 +105,11 @@ class RowStore:
             student = "~" + hashlib.sha256(student.encode("utf-8", "surrogateescape")).hexdigest()
         return self.dir / lab / f"{student}.json"
 
+    def evidence_path(self, student: str, lab: str) -> Path:
+        """``<root>/.grading/evidence/<lab>/<student>.json``: what the sandbox reported of that grading (each
+        performance verdict with its rounds, traced kernels and checks), kept for the teacher who asks why."""
+        return self.dir.parent / "evidence" / lab / self.path(student, lab).name
+
     def get(self, student: str, lab: str, key: str) -> dict[str, Any] | None:
         """The stored row of (student, lab) if it was graded with this ``key``, else None."""
         p = self.path(student, lab)

@@ -6,11 +6,18 @@ rounds, the checked calls' op and collective refusals, and the replay of a recor
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
 from mlsys.grader.decide.perfboxes import ROUND_LIMIT_S
-from mlsys.grader.decide.perfrules import did_not_run, exchanged_point_to_point, forbidden_ops, traced_per_call
+from mlsys.grader.decide.perfrules import (
+    coverage_refusal,
+    did_not_run,
+    exchanged_point_to_point,
+    forbidden_ops,
+    traced_per_call,
+)
 from mlsys.grader.decide.perfspec import PerfCase
 
 FAKE_SECONDS = 1e-3
@@ -419,3 +426,38 @@ def _replayed(v: _Verdict, learner: Any, replayer: Any, prep: _Prepared, ev: dic
     ev["replay"] = {"kernels": kernels, "ops": ops, "steps": len(plan.get("steps") or []),
                     "record_s": round(t1 - t0, 3), "load_s": round(t2 - t1, 3), "check_s": round(time.monotonic() - t2, 3)}
     return timed_fn
+
+
+def _uncovered(v: _Verdict, prep: _Prepared, traced: list[float], mine: list[float]) -> bool:
+    """Whether :func:`_coverage_check` would refuse the rounds so far (their fastest, after the grader's own
+    overhead). Such a refusal is measured again, as many rounds more, before it stands: on an H100 (2026-12-02)
+    the honest ``double`` of the tiny lab (a 41 us add traced) was refused in 2 of 5 gradings on a fastest
+    round of 1.3-1.5 ms per call, while the same cell earned full credit in the others; hidden work costs
+    time in every round, so more rounds can only clear a figure that noise made."""
+    if not traced or v.fake:
+        return False
+    mine_s = (min(mine) - min(prep.over)) / prep.case.repeats
+    try:
+        _coverage_check(v, prep, traced, mine_s, {})
+    except _Refused:
+        return True
+    return False
+
+
+def _coverage_check(v: _Verdict, prep: _Prepared, traced: list[float], mine_s: float, ev: dict[str, Any]) -> None:
+    """Refuse a time per call that the kernel trace does not account for (:func:`coverage_refusal`), the
+    baseline's own untraced time allowed, and as noise how much the overhead rounds varied and how much the
+    baseline's untraced time varied between its rounds (a clean worker that never ran learner code: what the
+    machine does to any round). On an H200 (2026-12-02) the tiny lab's 64 MiB ``double`` carried 0.9-1.2 ms per
+    call of untraced time in the baseline's three rounds and 1.0-1.4 ms in the honest learner's; a refusal on
+    that spread alone was noise. Nothing is judged without a trace."""
+    if not traced:
+        return
+    k = prep.case.repeats
+    over = 0.0 if v.fake else min(prep.over)
+    untraced = [(b - over) / k - t for b, t in zip(prep.base, prep.base_traced, strict=True) if t is not None]
+    noise = 0.0 if v.fake else (max(prep.over) - min(prep.over)) / k + (max(untraced) - min(untraced) if untraced else 0.0)
+    ev["baseline_untraced_s"] = min(untraced) if untraced else None
+    why = coverage_refusal(statistics.median(traced), mine_s, noise, min(untraced) if untraced else 0.0)
+    if why:
+        raise _Refused(why)
