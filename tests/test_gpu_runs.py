@@ -221,3 +221,36 @@ def test_the_read_sweep_keeps_the_instructors_full_credit_through_the_sandboxed_
     for r in run["runs"]:
         if r["what"] == "lab3_fusion":
             assert min(r["cases"]["perf_softmax"]["overhead_rounds_s"]) >= old_over + sweep_s, r
+
+
+def test_the_corpus_through_nbgrader_on_gpus_pays_no_attack_and_refuses_honest_work_only_by_trace_noise():
+    """The tiny lab's corpus through ``teach.grade`` (nbgrader in sandboxes) on an H100 (2026-12-02) and an H200
+    (2026-12-03): every performance case graded at least once; no case whose attack expected.json (or
+    :data:`GPU_EXPECTED`) scores 0 ever earned a performance point; an honest ``double`` refused only by the trace
+    coverage rule (3 of the 14 gradings that timed it: 41 and 31 us of add traced against 1.3-1.5 ms per call, about 1 ms of it the
+    grader's own untraced time on both sides), which is why a refusal is now measured again and the baseline's
+    own spread of untraced time counts as noise (tests/test_trusted.py holds that rule to these numbers); in the
+    newest run that graded it, each honest case earned its point."""
+    import sys
+
+    sys.path.insert(0, str(RUNS.parent / "bad_submissions"))
+    from grade_corpus import PERF_CASES
+
+    rec = json.loads((RUNS / "corpus_nbgrader_nvidia-h100-h200_2026-12-03.json").read_text(encoding="utf-8"))
+    runs = rec["runs"]
+    assert {r["device"] for r in runs} == {DEVICES["nvidia-h100"], DEVICES["nvidia-h200"]}
+    assert all({"torch", "triton", "driver", "nbgrader"} <= set(r["software"]) for r in runs)
+    graded = {name for r in runs for name in r["rows"]}
+    assert set(PERF_CASES) <= graded | {"perf_signal_baseline"} and "perf_signal_baseline" in graded, set(PERF_CASES) - graded
+    newest: dict[str, dict] = {}
+    for r in runs:
+        for name, row in r["rows"].items():
+            want = _expected(name)
+            if want == 0:
+                assert row["performance_score"] == 0, (r["started"], name, row)
+            elif want == 1 and row["performance_score"] != 1:
+                assert "the kernel trace accounts for" in row["reason"], (r["started"], name, row)
+            newest[name] = row
+    honest = [name for name in newest if _expected(name) == 1]
+    assert {"good", "perf_signal_baseline", "perf_poison_caches", "library_override"} <= set(honest)
+    assert all(newest[name]["performance_score"] == 1 for name in honest), {n: newest[n]["reason"] for n in honest}
