@@ -227,7 +227,7 @@ def test_the_corpus_through_nbgrader_on_gpus_pays_no_attack_and_refuses_honest_w
     """The tiny lab's corpus through ``teach.grade`` (nbgrader in sandboxes) on an H100 (2026-12-02) and an H200
     (2026-12-03): every performance case graded at least once; no case whose attack expected.json (or
     :data:`GPU_EXPECTED`) scores 0 ever earned a performance point; an honest ``double`` refused only by the trace
-    coverage rule (3 of the 14 gradings that timed it: 41 and 31 us of add traced against 1.3-1.5 ms per call, about 1 ms of it the
+    coverage rule (3 of the 14 gradings that timed it before the fix: 41 and 31 us of add traced against 1.3-1.5 ms per call, about 1 ms of it the
     grader's own untraced time on both sides), which is why a refusal is now measured again and the baseline's
     own spread of untraced time counts as noise (tests/test_trusted.py holds that rule to these numbers); in the
     newest run that graded it, each honest case earned its point."""
@@ -254,3 +254,6 @@ def test_the_corpus_through_nbgrader_on_gpus_pays_no_attack_and_refuses_honest_w
     honest = [name for name in newest if _expected(name) == 1]
     assert {"good", "perf_signal_baseline", "perf_poison_caches", "library_override"} <= set(honest)
     assert all(newest[name]["performance_score"] == 1 for name in honest), {n: newest[n]["reason"] for n in honest}
+    fixed = runs[-1]  # with the fix: calls_library's first rounds were uncovered, measured again, and credited
+    assert fixed["evidence"]["calls_library"]["remeasured_for_coverage"] is True
+    assert fixed["rows"]["calls_library"]["performance_score"] == 1 and "re-measured" in fixed["rows"]["calls_library"]["line"]
