@@ -16,9 +16,10 @@ import pytest
 
 RUNS = Path(__file__).resolve().parent / "gpu_runs"
 EXPECTED = json.loads((Path(__file__).resolve().parent / "bad_submissions" / "expected.json").read_text())
-GPU_EXPECTED = {"library_override": 1}
-"""Rows whose attack reaches a CPU only: ``library_override`` re-registers aten::mul for the CPU dispatch key,
-so on a GPU its ``double`` is honest CUDA work and earns its share (expected.json holds the CPU row, 0)."""
+GPU_EXPECTED = {name: want["gpu"]["performance_score"] for name, want in EXPECTED.items()
+                if "performance_score" in want.get("gpu", {})}
+"""Rows scored otherwise on a GPU (expected.json's ``gpu`` entries, with why): ``library_override`` re-registers
+aten::mul for the CPU dispatch key, so on a GPU its ``double`` is honest CUDA work and earns its share."""
 
 
 def _expected(name: str) -> float | None:
@@ -226,7 +227,7 @@ def test_the_read_sweep_keeps_the_instructors_full_credit_through_the_sandboxed_
 def test_the_corpus_through_nbgrader_on_gpus_pays_no_attack_and_refuses_honest_work_only_by_trace_noise():
     """The tiny lab's corpus through ``teach.grade`` (nbgrader in sandboxes) on an H100 (2026-12-02) and an H200
     (2026-12-03): every performance case graded at least once; no case whose attack expected.json (or
-    :data:`GPU_EXPECTED`) scores 0 ever earned a performance point; an honest ``double`` refused only by the trace
+    its ``gpu`` entry) scores 0 ever earned a performance point; an honest ``double`` refused only by the trace
     coverage rule (3 of the 14 gradings that timed it before the fix: 41 and 31 us of add traced against 1.3-1.5 ms per call, about 1 ms of it the
     grader's own untraced time on both sides), which is why a refusal is now measured again and the baseline's
     own spread of untraced time counts as noise (tests/test_trusted.py holds that rule to these numbers); in the
@@ -234,7 +235,7 @@ def test_the_corpus_through_nbgrader_on_gpus_pays_no_attack_and_refuses_honest_w
     import sys
 
     sys.path.insert(0, str(RUNS.parent / "bad_submissions"))
-    from grade_corpus import PERF_CASES
+    from grade_corpus import PERF_CASES, on_device
 
     rec = json.loads((RUNS / "corpus_nbgrader_nvidia-h100-h200_2026-12-03.json").read_text(encoding="utf-8"))
     runs = rec["runs"]
@@ -248,6 +249,8 @@ def test_the_corpus_through_nbgrader_on_gpus_pays_no_attack_and_refuses_honest_w
             want = _expected(name)
             if want == 0:
                 assert row["performance_score"] == 0, (r["started"], name, row)
+                why = on_device(EXPECTED[name], r["device"]).get("reason", "")
+                assert why in row["reason"], (r["started"], name, why, row["reason"])  # refused for its attack
             elif want == 1 and row["performance_score"] != 1:
                 assert "the kernel trace accounts for" in row["reason"], (r["started"], name, row)
             newest[name] = row

@@ -75,12 +75,10 @@ def main(argv: list[str] | None = None) -> int:
         shutil.copy2(root / "grades.csv", a.out / "grades.csv")
         if (root / ".grading" / "evidence").is_dir():  # each verdict's rounds and traced kernels, as the teacher has them
             shutil.copytree(root / ".grading" / "evidence", a.out / "evidence", dirs_exist_ok=True)
-    device = "cpu"
+    device = _cuda_name()
     try:
         import torch
 
-        if torch.cuda.is_available():
-            device = torch.cuda.get_device_name(0)
         torch_version = torch.__version__
     except Exception:  # torch missing: still report
         torch_version = None
@@ -94,9 +92,9 @@ def main(argv: list[str] | None = None) -> int:
 
     verdicts = {}
     for r in rows:
-        want = expected.get(r.student, {})
+        want = on_device(expected.get(r.student, {}), device)
         ok = all(matches(r, k, v) for k, v in want.items()
-                 if k != "covered_by" and not (k in ("performance_score", "performance") and r.performance != "graded"))
+                 if k not in ("covered_by", "gpu") and not (k in ("performance_score", "performance") and r.performance != "graded"))
         verdicts[r.student] = {"row": {k: v for k, v in asdict(r).items() if k != "notes"}, "matches_expected": ok}
     report = {"device": device, "date": start.date().isoformat(), "started": start.isoformat(timespec="seconds"),
               "torch": torch_version, "perf": a.perf or "auto", "sandbox": not a.no_sandbox, "rows": verdicts,
@@ -104,6 +102,24 @@ def main(argv: list[str] | None = None) -> int:
     (a.out / "corpus_run.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
     print(f"{sum(v['matches_expected'] for v in verdicts.values())}/{len(verdicts)} rows as expected on {device}")
     return 0 if report["all_match"] else 1
+
+
+def on_device(want: dict, device: str) -> dict:
+    """A case's expected row on ``device`` ("cpu" or a GPU's name): expected.json's row, with the case's ``gpu``
+    entries (an attack that reaches the CPU only, a refusal worded by the GPU's replay) in their place on a GPU."""
+    if device == "cpu" or "gpu" not in want:
+        return want
+    return {**want, **{k: v for k, v in want["gpu"].items() if k != "why"}}
+
+
+def _cuda_name() -> str:
+    """The GPU's name, or "cpu" (torch missing or no GPU)."""
+    try:
+        import torch
+
+        return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+    except Exception:  # torch missing: a CPU
+        return "cpu"
 
 
 def _trusted_only(out: Path, expected: dict, *, fake: bool) -> int:
@@ -116,7 +132,9 @@ def _trusted_only(out: Path, expected: dict, *, fake: bool) -> int:
     cases = tomllib.loads((HERE / "source" / "lab0_tiny" / "perf.toml").read_text())
     start = dt.datetime.now(dt.UTC)
     results = {}
+    device = _cuda_name()
     for name, want in expected.items():
+        want = on_device(want, device)
         path = HERE / f"{name}.nb.json"
         try:
             nb = json.loads(path.read_text())
@@ -138,14 +156,11 @@ def _trusted_only(out: Path, expected: dict, *, fake: bool) -> int:
         results[name] = {"verdict": verdict, "expected_performance_score": want_score,
                          "matches_expected": want_score is None or (score is not None and float(score) == float(want_score))}
         print(f"{name:24s} score {score}  {verdict.get('reason') or (verdict.get('lines') or [''])[0]}", flush=True)
-    device = "cpu"
     torch_version = None
     try:
         import torch
 
         torch_version = torch.__version__
-        if torch.cuda.is_available():
-            device = torch.cuda.get_device_name(0)
     except Exception:  # torch missing: still report
         pass
     report = {"device": device, "date": start.date().isoformat(), "started": start.isoformat(timespec="seconds"),
