@@ -671,9 +671,10 @@ FORGED_PLAN = ("import mlsys.grader.clean.replay as r\nreal = r.record_call\n"
     ([HONEST], 1.0, ""),
     # the record forged in the learner's process: its plan, not the learner's call, is what the rounds run
     ([FORGED_PLAN + HONEST], 0.0, "the replay of double's recorded call"),
-    # a result kept by address: new values in the same tensors give the stale one
+    # a result kept by address: new values in the same tensors give the stale one (or fresh tensors do, where the
+    # allocator hands back a freed address: either check refuses it, by its wrong values)
     (["cache = {}\ndef double(x):\n    k = x.data_ptr()\n    if k not in cache:\n        cache[k] = x + x\n"
-      "    return cache[k]\n"], 0.0, "new values in the same input tensors"),
+      "    return cache[k]\n"], 0.0, "differ from the reference"),
 ])
 def test_replayed_rounds_run_what_the_call_recorded(cells, credit, reason):
     v = _replayed_verdict(cells)
