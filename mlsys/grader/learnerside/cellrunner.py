@@ -121,11 +121,139 @@ def _fresh_random() -> None:
         sys.modules["torch"].manual_seed(seed % 2**63)
 
 
+class _Run:
+    """One notebook's run: its client and kernel, the grader's side of the test cells, and what each cell did.
+
+    Cells run in order; a test cell runs here (:mod:`mlsys.grader.learnerside.testcells`), an answer cell in the
+    learner's kernel. A kernel that died in a cell costs the cells after it (:data:`NOT_RUN`); one a hung GPU kernel
+    ended is replaced by a fresh one that re-runs the cells before (at most :data:`MAX_RESTARTS` times)."""
+
+    def __init__(self, job: dict[str, Any], emit: Any, nbformat: Any, NotebookClient: Any) -> None:
+        self.emit, self.nbformat = emit, nbformat
+        self.nb = nbformat.read(job["notebook"], as_version=4)
+        os.remove(job["notebook"])  # the restored hidden tests are not left on disk for the answer cells to read
+        skip = set(job.get("skip", []))
+        self.in_grader = {int(i) for i in job.get("grader_cells", [])}  # test cells run here, not in the kernel
+        self.client = _client(NotebookClient, self.nb, job)
+        self.client.on_cell_executed = self._on_executed
+        self.status: dict[int, str] = {}
+        self.died: int | None = None
+        self.limit = float(job.get("timeout") or 600)
+        self.course: dict[str, Any] | None = None
+        self.rpc: Any = None
+        self.grader_only: frozenset[str] = frozenset()
+        self.course_cells = [c for c in job.get("course_cells", []) if isinstance(c, dict)]
+        self.test_order = [str(t) for t in job.get("test_order", [])]  # the instructor notebook's test cells, in order
+        if self.in_grader:
+            from mlsys.grader.learnerside import testcells
+
+            self.course, self.rpc = _grader(self.nb, job, self.client, nbformat, self.in_grader)
+            self.grader_only = testcells.grader_only_names([str(c.get("source", "")) for c in self.course_cells])
+        self.learner_names = frozenset(str(n) for n in job.get("answer_names", []))
+        self.census = self._census() if job.get("census") and self.in_grader else None
+        self.order = [i for i, c in enumerate(self.nb.cells) if c.cell_type == "code" and i not in skip]
+        self.lost: list[int] = []  # cells in which a kernel died: each costs its own points only (see _replay)
+        self.pos = 0
+
+    def _on_executed(self, cell: Any, cell_index: int, execute_reply: dict[str, Any], **_: Any) -> None:
+        """nbclient's hook: the reply's status kept; an error whose traceback was hidden (a custom exception
+        handler, a cleared output) still costs the cell."""
+        content = (execute_reply or {}).get("content", {})
+        self.status[cell_index] = str(content.get("status", "unknown"))
+        if content.get("status") == "error" and not any(o.get("output_type") == "error" for o in cell.outputs):
+            ename = content.get("ename") or "Error"
+            why = ("the cell ran past the per-cell time limit and did not stop when interrupted"
+                   if ename == "CellTimeoutError" else f"{content.get('evalue', '')} (the cell raised; its traceback was hidden)")
+            cell.outputs.append(self.nbformat.from_dict(error_output(ename, why)))
+
+    def _census(self) -> Any:
+        """The census of the sandbox's own PID namespace (every process it holds is ours to see), started."""
+        from mlsys.grader.learnerside.census import Census
+
+        return Census(lambda p, test: self.emit({"stranger": {"pid": p.pid, "ppid": p.ppid, "cmd": p.cmd[:160],
+                                                              "exe": os.path.basename(p.exe), "test": test}})).start()
+
+    def kernel_pid(self) -> int | None:
+        try:
+            return int(self.client.km.provisioner.pid)
+        except (AttributeError, TypeError, ValueError):
+            return None
+
+    def run_course_cells(self, grade_id: str | None) -> None:
+        """The course cells the grader runs itself, up to the test cell ``grade_id`` (outputs discarded:
+        the kernel ran the same cells for the learner; a failure here shows in the tests that need them)."""
+        from mlsys.grader.learnerside import testcells
+
+        upto = self.test_order.index(grade_id) if grade_id in self.test_order else len(self.test_order)
+        while self.course_cells:
+            before = self.course_cells[0].get("before")
+            if before not in self.test_order or self.test_order.index(before) > upto:
+                return
+            testcells.run_test_cell(str(self.course_cells.pop(0).get("source", "")), self.course, self.rpc,
+                                    grader_only=self.grader_only, learner_names=self.learner_names,
+                                    filename="<course cell>")
+
+    def run_all(self) -> None:
+        """Every cell, in kernels started one after another (a fresh one after a hung GPU kernel)."""
+        while self.pos < len(self.order):
+            with _kernel(self.client):
+                if self.census is not None:
+                    self.census.cell()  # a fresh kernel: the cells before are run again
+                if self.lost:
+                    _replay(self.client, self.nb, [i for i in self.order[:self.pos]
+                                                   if i not in self.lost and i not in self.in_grader], self.nbformat)
+                for index in self.order[self.pos:]:
+                    self.pos += 1
+                    if self._cell(index):
+                        break  # a fresh kernel goes on after this cell
+
+    def _cell(self, index: int) -> bool:
+        """Run cell ``index`` and send its outcome; True where its kernel was ended and a fresh one must go on."""
+        cell = self.nb.cells[index]
+        if self.died is not None:
+            self.emit({"index": index, "execution_count": None,
+                       "outputs": [error_output("KernelDied", NOT_RUN.format(where=f"cell {self.died}"))]})
+            return False
+        grader_side = index in self.in_grader
+        dead = self._test_cell(cell) if grader_side else self._answer_cell(cell, index)
+        restart = dead and _hung(cell) and len(self.lost) < MAX_RESTARTS
+        if dead and (restart or not grader_side):
+            cell.outputs.append(self.nbformat.from_dict(error_output("KernelDied", RESTARTED if restart else DIED)))
+        self.emit({"index": index, "outputs": cell.outputs,
+                   "execution_count": None if grader_side else cell.get("execution_count"),
+                   "status": "ok" if grader_side else self.status.get(index, "no reply")})
+        if restart:
+            self.lost.append(index)
+            return True
+        if dead:
+            self.died = index
+        return False
+
+    def _test_cell(self, cell: Any) -> bool:
+        """A test cell, run here on fresh random generators after the course cells it needs; True where the
+        learner's kernel died under it."""
+        from mlsys.grader.learnerside import testcells
+
+        gid = str((cell.metadata.get("nbgrader", {}) or {}).get("grade_id", ""))
+        if self.census is not None:
+            self.census.test(gid, self.kernel_pid())
+        self.run_course_cells(gid)
+        _fresh_random()
+        cell.outputs = [self.nbformat.from_dict(o) for o in testcells.run_test_cell(
+            cell.source, self.course, self.rpc, grader_only=self.grader_only, learner_names=self.learner_names)]
+        return any(o.get("ename") == "DeadKernelError" for o in cell.outputs)
+
+    def _answer_cell(self, cell: Any, index: int) -> bool:
+        if self.census is not None:
+            self.census.cell()
+        return _run_answer_cell(self.client, cell, index, self.limit, self.nbformat)
+
+
 def main() -> int:
+    """The job from stdin; one line per executed cell, then ``done``, on the private descriptor (module docstring)."""
     job = json.loads(sys.stdin.read())
     out = private_stdout()
     nonce = job["nonce"]
-
     lock = threading.Lock()  # the census thread emits too
 
     def emit(obj: dict[str, Any]) -> None:
@@ -137,112 +265,16 @@ def main() -> int:
     from nbclient import NotebookClient
     from nbclient.exceptions import DeadKernelError
 
-    nb = nbformat.read(job["notebook"], as_version=4)
-    os.remove(job["notebook"])  # the restored hidden tests are not left on disk for the answer cells to read
-    skip = set(job.get("skip", []))
-    in_grader = {int(i) for i in job.get("grader_cells", [])}  # test cells run here, not in the learner's kernel
-    client = _client(NotebookClient, nb, job)
-
-    def on_executed(cell: Any, cell_index: int, execute_reply: dict[str, Any], **_: Any) -> None:
-        # an error whose traceback was hidden (a custom exception handler, a cleared output) still costs the cell
-        content = (execute_reply or {}).get("content", {})
-        status[cell_index] = str(content.get("status", "unknown"))
-        if content.get("status") == "error" and not any(o.get("output_type") == "error" for o in cell.outputs):
-            ename = content.get("ename") or "Error"
-            why = ("the cell ran past the per-cell time limit and did not stop when interrupted"
-                   if ename == "CellTimeoutError" else f"{content.get('evalue', '')} (the cell raised; its traceback was hidden)")
-            cell.outputs.append(nbformat.from_dict(error_output(ename, why)))
-
-    status: dict[int, str] = {}
-    client.on_cell_executed = on_executed
-    died: int | None = None
-    limit = float(job.get("timeout") or 600)
-    rpc = course = None
-    grader_only: frozenset[str] = frozenset()
-    learner_names: frozenset[str] = frozenset()
-    course_cells = [c for c in job.get("course_cells", []) if isinstance(c, dict)]
-    test_order = [str(t) for t in job.get("test_order", [])]  # the instructor notebook's test cells, in order
-    if in_grader:
-        from mlsys.grader.learnerside import testcells
-
-        course, rpc = _grader(nb, job, client, nbformat, in_grader)
-        grader_only = testcells.grader_only_names([str(c.get("source", "")) for c in course_cells])
-    learner_names = frozenset(str(n) for n in job.get("answer_names", []))
-
-    def run_course_cells(grade_id: str | None) -> None:
-        """The course cells the grader runs itself, up to the test cell ``grade_id`` (outputs discarded:
-        the kernel ran the same cells for the learner; a failure here shows in the tests that need them)."""
-        upto = test_order.index(grade_id) if grade_id in test_order else len(test_order)
-        while course_cells:
-            before = course_cells[0].get("before")
-            if before not in test_order or test_order.index(before) > upto:
-                return
-            testcells.run_test_cell(str(course_cells.pop(0).get("source", "")), course, rpc, grader_only=grader_only,
-                                    learner_names=learner_names, filename="<course cell>")
-
-    census = None
-    if job.get("census") and in_grader:  # the sandbox's own PID namespace: every process it holds is ours to see
-        from mlsys.grader.learnerside.census import Census
-
-        census = Census(lambda p, test: emit({"stranger": {"pid": p.pid, "ppid": p.ppid, "cmd": p.cmd[:160],
-                                                           "exe": os.path.basename(p.exe), "test": test}})).start()
-
-    def kernel_pid() -> int | None:
-        try:
-            return int(client.km.provisioner.pid)
-        except (AttributeError, TypeError, ValueError):
-            return None
-
-    order = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and i not in skip]
-    lost: list[int] = []  # cells in which a kernel died: each costs its own points only (see _replay)
-    pos = 0
+    run = _Run(job, emit, nbformat, NotebookClient)
     try:
-        while pos < len(order):
-            with _kernel(client):
-                if census is not None:
-                    census.cell()  # a fresh kernel: the cells before are run again
-                if lost:
-                    _replay(client, nb, [i for i in order[:pos] if i not in lost and i not in in_grader], nbformat)
-                for index in order[pos:]:
-                    pos += 1
-                    cell = nb.cells[index]
-                    if died is not None:
-                        emit({"index": index, "outputs": [error_output("KernelDied", NOT_RUN.format(where=f"cell {died}"))],
-                              "execution_count": None})
-                        continue
-                    dead = False
-                    if index in in_grader:
-                        gid = str((cell.metadata.get("nbgrader", {}) or {}).get("grade_id", ""))
-                        if census is not None:
-                            census.test(gid, kernel_pid())
-                        run_course_cells(gid)
-                        _fresh_random()
-                        cell.outputs = [nbformat.from_dict(o) for o in testcells.run_test_cell(
-                            cell.source, course, rpc, grader_only=grader_only, learner_names=learner_names)]
-                        dead = any(o.get("ename") == "DeadKernelError" for o in cell.outputs)
-                    else:
-                        if census is not None:
-                            census.cell()
-                        dead = _run_answer_cell(client, cell, index, limit, nbformat)
-                    restart = dead and _hung(cell) and len(lost) < MAX_RESTARTS
-                    if dead and (restart or index not in in_grader):
-                        cell.outputs.append(nbformat.from_dict(error_output("KernelDied", RESTARTED if restart else DIED)))
-                    grader_side = index in in_grader
-                    emit({"index": index, "outputs": cell.outputs,
-                          "execution_count": None if grader_side else cell.get("execution_count"),
-                          "status": "ok" if grader_side else status.get(index, "no reply")})
-                    if restart:
-                        lost.append(index)  # a fresh kernel goes on after this cell
-                        break
-                    if dead:
-                        died = index
+        run.run_all()
     except DeadKernelError:
-        died = -1 if died is None else died
+        run.died = -1 if run.died is None else run.died
     except Exception as exc:  # the kernel did not start, say why
         emit({"fatal": f"{type(exc).__name__}: {str(exc)[:500]}"})
-    if census is not None:
-        census.stop()
-    emit({"done": True, "kernel_died": died})
+    if run.census is not None:
+        run.census.stop()
+    emit({"done": True, "kernel_died": run.died})
     return 0
 
 
