@@ -41,6 +41,59 @@ class _RemoteBox:
                 pass
 
 
+def _may_fork(fake: bool) -> bool:
+    """Whether a clean worker may be forked from this process instead of started afresh (which imports torch
+    again, about 2 CPU-s): only with the fake timer on a machine without an NVIDIA GPU (a CUDA driver does not
+    survive a fork), and only where Triton, if imported here, runs under the interpreter as the worker will.
+    The verdict process holds no learner code, so a clean worker forked from it inherits none."""
+    import glob
+
+    if not fake or glob.glob("/dev/nvidia*") or os.environ.get(FORK_ENV, "1") == "0":
+        return False
+    return "triton" not in sys.modules or os.environ.get("TRITON_INTERPRET") == "1"
+
+
+FORK_ENV = "MLSYS_GRADER_FORK_CLEAN"
+"""``0``: start every clean worker afresh, even where it could be forked (:func:`_may_fork`)."""
+
+
+class _Forked:
+    """A clean worker forked from the verdict process: its own session, the pipes as its standard input and
+    output, nothing else of this process's open files but the shared region; then
+    :func:`mlsys.grader.clean.perfworker.main` as if started with ``args`` (role and flags)."""
+
+    def __init__(self, args: list[str], region: int | None) -> None:
+        import torch  # noqa: F401 - imported once, here (the verdict needs it too), not again in the worker
+
+        to_child, self.w = os.pipe()
+        self.r, from_child = os.pipe()
+        self.pid = os.fork()
+        if self.pid == 0:  # the child: never returns
+            code = 1
+            try:
+                os.setsid()
+                os.dup2(to_child, 0)
+                os.dup2(from_child, 1)
+                null = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(null, 2)
+                prev = -1
+                for fd in sorted({0, 1, 2} | ({region} if region is not None else set())) + [os.sysconf("SC_OPEN_MAX")]:
+                    if fd > prev + 1:  # an empty range would close from its start to the last descriptor
+                        os.closerange(prev + 1, fd)  # everything between the descriptors kept
+                    prev = fd
+                sys.argv = [sys.argv[0], *args]
+                from mlsys.grader.clean import perfworker
+
+                code = perfworker.main(args[0])
+            finally:
+                os._exit(code)
+        os.close(to_child)
+        os.close(from_child)
+
+    def wait(self) -> int:
+        return os.waitpid(self.pid, 0)[1]
+
+
 class _ProcWorker:
     """A worker process (:mod:`mlsys.grader.clean.perfworker`) spoken to through :mod:`mlsys.grader.clean.perfwire`:
     started here (a clean worker, or a learner worker where there is no sandbox), or, given ``ends``, the
@@ -69,9 +122,14 @@ class _ProcWorker:
 
                 self.shm = (region, mmap.mmap(region, SHARED_BYTES))
                 argv.append(f"--shm={region}:{SHARED_BYTES}")
-            self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                         start_new_session=True, pass_fds=(region,) if region is not None else ())
-            self.w, self.r = self.proc.stdin.fileno(), self.proc.stdout.fileno()
+            if role != "learner" and _may_fork(fake):
+                self.proc = _Forked(argv[4:], region)
+                self.w, self.r = self.proc.w, self.proc.r
+            else:
+                self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                             stderr=subprocess.DEVNULL, start_new_session=True,
+                                             pass_fds=(region,) if region is not None else ())
+                self.w, self.r = self.proc.stdin.fileno(), self.proc.stdout.fileno()
         try:  # larger pipes: outputs of tens of MiB cross in fewer, larger writes (Linux only; else as is)
             import fcntl
 
@@ -118,7 +176,11 @@ class _ProcWorker:
 
     def close(self) -> None:
         self.kill()
-        if self.proc is not None:
+        if isinstance(self.proc, _Forked):
+            self.proc.wait()
+            for fd in (self.w, self.r):
+                os.close(fd)
+        elif self.proc is not None:
             self.proc.wait()
         else:
             for fd in (self.w, self.r):
