@@ -19,14 +19,30 @@ SOURCE = REPO / "labs" / "source"
 LABS = ["lab1_roofline", "lab2_tiled_matmul", "lab3_fusion", "lab4_collectives", "lab5_attention"]
 
 
-def _validate(path: Path) -> dict:
+def _validate(path: Path, executed: list | None = None) -> dict:
+    """nbgrader's Validator over ``path``, as the button runs it; the notebook it executed is appended to
+    ``executed`` when given (nbgrader's Validator returns only its verdict on the graded cells)."""
     from nbgrader.validator import Validator
     from traitlets.config import Config
+
+    class Keeping(Validator):
+        def _preprocess(self, nb):  # noqa: ANN001, ANN202 - nbgrader's own signature
+            nb = super()._preprocess(nb)
+            if executed is not None:
+                executed.append(nb)
+            return nb
 
     config = Config()
     config.Execute.timeout = 600  # a loaded 2-core CI machine; a learner's laptop needs far less
     config.Execute.extra_arguments = []
-    return Validator(config=config).validate(str(path))
+    return Keeping(config=config).validate(str(path))
+
+
+def raised(nb: dict) -> list[str]:
+    """The first line of every code cell of an executed notebook that ended in an error: what
+    ``pytest --nbval-lax`` fails a notebook for (no cell of the labs is marked to raise)."""
+    return [c["source"].split("\n")[0] for c in nb["cells"] if c["cell_type"] == "code"
+            and any(o.get("output_type") == "error" for o in c.get("outputs", []))]
 
 
 def _copy(lab: str, tmp: Path) -> Path:
@@ -38,11 +54,24 @@ def _copy(lab: str, tmp: Path) -> Path:
 @pytest.mark.slow  # each lab runs top to bottom in a fresh kernel (Lab 2's kernels under the interpreter)
 @pytest.mark.parametrize("lab", LABS)
 def test_validate_passes_the_honest_lab_on_a_cpu(lab, tmp_path, monkeypatch):
+    """Validate says "Success", and no cell of the run raised: the instructor notebooks' half of the teacher's
+    ``pytest --nbval-lax labs/source labs/release`` (tests/test_lab_pipeline.py runs nbval itself over the rest:
+    one run of each notebook, not two)."""
     monkeypatch.setenv("MPLBACKEND", "Agg")
     monkeypatch.delenv("MLSYS_FAKE_TIMER", raising=False)
-    results = _validate(_copy(lab, tmp_path))
+    executed: list = []
+    results = _validate(_copy(lab, tmp_path), executed)
     assert not results.get("failed") and not results.get("type_changed") and not results.get("changed"), \
         json.dumps(results, indent=1)[:3000]
+    assert len(executed) == 1 and not raised(executed[0]), f"{lab}: cells that raised: {raised(executed[0])}"
+
+
+def test_a_cell_that_raised_is_named():
+    ok = {"cell_type": "code", "source": "x = 1", "outputs": [{"output_type": "stream", "text": "fine"}]}
+    bad = {"cell_type": "code", "source": "y = 1 / 0\nz = 2", "outputs": [{"output_type": "error", "ename": "E"}]}
+    note = {"cell_type": "markdown", "source": "text"}
+    assert raised({"cells": [note, ok, bad]}) == ["y = 1 / 0"]
+    assert raised({"cells": [note, ok]}) == []
 
 
 @pytest.mark.slow
