@@ -17,8 +17,9 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
-__all__ = ["source_digest", "cache_root", "pip_install", "KEEP"]
+__all__ = ["source_digest", "hash_tree", "cache_root", "keep", "pip_install", "KEEP"]
 
 KEEP = 8
 """Cached installs kept (the newest by modification time); older ones are removed when one is added."""
@@ -34,10 +35,16 @@ def source_digest(pyproject: Path, pkg: Path) -> str:
 
     h = hashlib.sha256(f"{sys.executable}\0{sys.version}\0pip {version('pip')}\0".encode())
     h.update(Path(pyproject).read_bytes())
-    for p in sorted(Path(pkg).rglob("*")):
-        if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc":
-            h.update(b"\0" + str(p.relative_to(pkg)).encode() + b"\0" + p.read_bytes())
+    hash_tree(h, Path(pkg))
     return h.hexdigest()
+
+
+def hash_tree(h: Any, folder: Path) -> None:
+    """Feed ``h`` (a hashlib object) every file under ``folder``: relative path and bytes, in sorted order,
+    bytecode caches left out."""
+    for p in sorted(Path(folder).rglob("*")):
+        if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc":
+            h.update(b"\0" + str(p.relative_to(folder)).encode() + b"\0" + p.read_bytes())
 
 
 def cache_root() -> Path | None:
@@ -60,8 +67,10 @@ def _pip(src: Path, target: Path) -> bool:
     return proc.returncode == 0
 
 
-def _keep(root: Path, key: str, built: Path) -> None:
-    """Store ``built`` as ``root/key`` (whole or not at all: a copy renamed into place), then prune to :data:`KEEP`."""
+def keep(root: Path, key: str, built: Path, newest: int = KEEP) -> None:
+    """Store ``built`` as ``root/key`` (whole or not at all: a copy renamed into place), then prune ``root`` to its
+    ``newest`` entries. Only entries named like a key (64 hex digits) are counted: other caches may live in
+    sub-folders of ``root``."""
     tmp = root / f".{key}.{os.getpid()}"
     try:
         shutil.copytree(built, tmp, symlinks=True)
@@ -69,8 +78,9 @@ def _keep(root: Path, key: str, built: Path) -> None:
     except OSError:
         shutil.rmtree(tmp, ignore_errors=True)
         return
-    kept = sorted((p for p in root.iterdir() if not p.name.startswith(".")), key=lambda p: p.stat().st_mtime)
-    for old in kept[:-KEEP]:
+    keys = (p for p in root.iterdir() if len(p.name) == 64 and all(c in "0123456789abcdef" for c in p.name))
+    kept = sorted(keys, key=lambda p: p.stat().st_mtime)
+    for old in kept[:-newest]:
         shutil.rmtree(old, ignore_errors=True)
 
 
@@ -90,6 +100,6 @@ def pip_install(pyproject: Path, pkg: Path, dest: Path) -> bool:
         if not _pip(src, target):
             return False
         if root is not None:
-            _keep(root, key, target)
+            keep(root, key, target)
         shutil.copytree(target, dest, symlinks=True, dirs_exist_ok=True)
     return True
