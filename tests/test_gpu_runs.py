@@ -260,3 +260,24 @@ def test_the_corpus_through_nbgrader_on_gpus_pays_no_attack_and_refuses_honest_w
     fixed = runs[-1]  # with the fix: calls_library's first rounds were uncovered, measured again, and credited
     assert fixed["evidence"]["calls_library"]["remeasured_for_coverage"] is True
     assert fixed["rows"]["calls_library"]["performance_score"] == 1 and "re-measured" in fixed["rows"]["calls_library"]["line"]
+
+
+def test_the_split_grader_on_a_gpu_keeps_the_corpus_rows_and_the_instructors_ten_of_ten():
+    """One H200 (2026-12-03), after the cell runner's main was split and the clean workers learned to fork on a CPU:
+    four corpus cases through teach.grade's pipeline got expected.json's rows, and the instructor answers of Labs 2 and
+    5 earned full credit on every case in ten gradings each through the sandboxed verdict."""
+    run = json.loads((RUNS / "grader_after_split_nvidia-h200_2026-12-03.json").read_text(encoding="utf-8"))
+    assert run["device"] == DEVICES["nvidia-h200"] and {"torch", "triton", "driver", "nbgrader"} <= set(run["software"])
+    rows = run["corpus"]["rows"]
+    assert set(rows) == {"good", "perf_signal_baseline", "perf_poison_caches", "hidden_library_call"}
+    assert run["corpus"]["perf"] == "cuda" and run["corpus"]["sandbox"] is True
+    for name, row in rows.items():
+        assert row["matches_expected"] and row["performance_score"] == _expected(name), (name, row)
+        assert row["correctness_score"] == EXPECTED[name]["correctness_score"], (name, row)
+    counts: dict[str, int] = {}
+    for r in run["runs"]:
+        assert r["mode"] == "bwrap" and r["fatal"] is None and r["ended"] == "done", r
+        assert r["cases"] and all(c["credit"] == 1.0 for c in r["cases"].values()), r
+        counts[r["what"]] = counts.get(r["what"], 0) + 1
+    assert counts == {"lab2_tiled_matmul": 10, "lab5_attention": 10}, counts
+    assert {len(r["cases"]) for r in run["runs"] if r["what"] == "lab5_attention"} == {2}  # plain and causal
