@@ -57,17 +57,6 @@ def generate_all(course: Path, labs: list[str], generate: Callable[[Path, str], 
     for lab in labs:
         generate(course, lab)
     if store is not None:
-        staged = course.parent / f".assignments-{key[:16]}"
-        staged.mkdir()
-        for name in KEPT:
-            src = course / name
-            if src.is_dir():
-                shutil.copytree(src, staged / name)
-            elif src.is_file():
-                shutil.copy2(src, staged / name)
-        try:
-            store.mkdir(exist_ok=True)
-            siteinstall.keep(store, key, staged, KEEP)
-        finally:
-            shutil.rmtree(staged, ignore_errors=True)
+        store.mkdir(exist_ok=True)
+        siteinstall.keep(store, key, course, KEEP, only=KEPT)
     return False

@@ -67,13 +67,15 @@ def _pip(src: Path, target: Path) -> bool:
     return proc.returncode == 0
 
 
-def keep(root: Path, key: str, built: Path, newest: int = KEEP) -> None:
-    """Store ``built`` as ``root/key`` (whole or not at all: a copy renamed into place), then prune ``root`` to its
-    ``newest`` entries. Only entries named like a key (64 hex digits) are counted: other caches may live in
-    sub-folders of ``root``."""
+def keep(root: Path, key: str, built: Path, newest: int = KEEP, only: tuple[str, ...] = ()) -> None:
+    """Store ``built`` (or, given ``only``, those of its top-level entries) as ``root/key``, whole or not at all: a
+    copy renamed into place; then prune ``root`` to its ``newest`` entries. Only entries named like a key (64 hex
+    digits) are counted: other caches may live in sub-folders of ``root``."""
     tmp = root / f".{key}.{os.getpid()}"
+    top = str(built)
+    skip = (lambda d, names: [n for n in names if d == top and n not in only]) if only else None
     try:
-        shutil.copytree(built, tmp, symlinks=True)
+        shutil.copytree(top, tmp, symlinks=True, ignore=skip)
         os.rename(tmp, root / key)  # another run may have stored it first: then its copy stays
     except OSError:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -91,7 +91,11 @@ class _Forked:
         os.close(from_child)
 
     def wait(self) -> int:
-        return os.waitpid(self.pid, 0)[1]
+        """Reap the worker and close this side's pipe ends (as a Popen's pipes close with it); its wait status."""
+        status = os.waitpid(self.pid, 0)[1]
+        for fd in (self.w, self.r):
+            os.close(fd)
+        return status
 
 
 class _ProcWorker:
@@ -176,11 +180,7 @@ class _ProcWorker:
 
     def close(self) -> None:
         self.kill()
-        if isinstance(self.proc, _Forked):
-            self.proc.wait()
-            for fd in (self.w, self.r):
-                os.close(fd)
-        elif self.proc is not None:
+        if self.proc is not None:
             self.proc.wait()
         else:
             for fd in (self.w, self.r):
