@@ -13,11 +13,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from mlsys.grader import gradebook, sandbox, slurm
+from mlsys.grader import gradebook, nbgraderfork, sandbox, slurm
 from mlsys.grader.classplan import Interrupted, Plan, _pending, _prepare, plan
 from mlsys.grader.classrun import _gpu_ids, run_local, run_slurm
 from mlsys.grader.gradedrow import Row, _pts, summarize, write_csv
-from mlsys.grader.nbgraderrun import _kill_live, register
+from mlsys.grader.nbgraderrun import _kill_live, base_env, register
 from mlsys.grader.release import known_labs
 from mlsys.grader.rowstore import RowStore, grader_digest
 from mlsys.grader.slots import make_slots
@@ -155,7 +155,7 @@ def grade(root: Path | None = None, *, submitted: Path | None = None, out_csv: P
                                 timeout=timeout, extra=extra, feedback=feedback, batch=batch, verbose=verbose,
                                 regrade=regrade)
         elif p.todo:
-            with tempfile.TemporaryDirectory(prefix="mlsys-grade-") as tmp:
+            with tempfile.TemporaryDirectory(prefix="mlsys-grade-") as tmp, nbgraderfork.session(base_env()):
                 gpu = _has_cuda()
                 slots = make_slots(jobs, gpus=_gpu_ids(_RunSettings("none", Path(tmp), Path(tmp), perf, gpu)),
                                    timed_on_gpu=perf == "cuda")

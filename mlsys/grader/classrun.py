@@ -18,10 +18,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from mlsys.grader import sandbox, slurm
+from mlsys.grader import nbgraderfork, sandbox, slurm
 from mlsys.grader.classplan import Interrupted, Plan, Progress, _grade_guarded, _prepare, _StopFlag, _stored
 from mlsys.grader.gradedrow import Row
-from mlsys.grader.nbgraderrun import _kill_live
+from mlsys.grader.nbgraderrun import _kill_live, base_env
 from mlsys.grader.rowstore import RowStore
 from mlsys.grader.slots import Slot, make_slots, visible_gpus
 from mlsys.grader.submission import Submission, _has_cuda, _Prepared, _RunSettings
@@ -242,7 +242,7 @@ def grade_task(manifest: Path, index: int) -> int:
     store = RowStore(root)
     gpu = _has_cuda()
     ok = True
-    with tempfile.TemporaryDirectory(prefix="mlsys-grade-task-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="mlsys-grade-task-") as tmp, nbgraderfork.session(base_env()):
         scratch = Path(tmp) / "scratch"
         scratch.mkdir()
         run = _RunSettings(mode=m["mode"], site=Path(m["site"]), scratch=scratch, perf=m["perf"], gpu=gpu,

@@ -14,7 +14,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-from mlsys.grader import gradebook
+from mlsys.grader import gradebook, nbgraderfork
 from mlsys.grader.slots import Slot
 from mlsys.runtime.paths import checkout
 from mlsys.runtime.processes import kill_tree
@@ -25,20 +25,30 @@ _LIVE: set[int] = set()  # nbgrader processes running now (killed, with everythi
 _LIVE_LOCK = threading.Lock()
 
 
+def base_env() -> dict[str, str]:
+    """The environment of every nbgrader command: this one's, with the grader's own mlsys first on the path
+    (nbgrader_config.py imports its sandboxed executor) whatever the working folder, the ``alembic`` script of
+    nbgrader's own environment first on ``PATH``, a fixed hash seed and no display."""
+    env = dict(os.environ, PYTHONHASHSEED="0", MPLBACKEND="Agg", PYDEVD_DISABLE_FILE_VALIDATION="1")
+    env["PYTHONPATH"] = os.pathsep.join([str(checkout()), *[p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]])
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    return env
+
+
 def _run(args: list[str], cwd: Path, timeout: float, log: Path,
          env: dict[str, str] | None = None, slot: Slot | None = None) -> tuple[int | None, str]:
     """Run ``python -m nbgrader ARGS`` in its own process group; (returncode or None on timeout, log tail).
 
-    ``slot`` pins it (and the sandboxes it starts) to that slot's CPU cores and GPU.
+    ``slot`` pins it (and the sandboxes it starts) to that slot's CPU cores and GPU. Within a
+    :func:`mlsys.grader.nbgraderfork.session` the command is a fork of the session's pre-imported nbgrader.
     """
-    env = dict(os.environ, PYTHONHASHSEED="0", MPLBACKEND="Agg", PYDEVD_DISABLE_FILE_VALIDATION="1", **(env or {}))
-    if slot is not None:
-        env.update(slot.env())
-    # the grader's own mlsys (nbgrader_config.py imports its sandboxed executor) whatever the working folder
-    pkg_parent = str(checkout())
-    env["PYTHONPATH"] = os.pathsep.join([pkg_parent, *[p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]])
-    # nbgrader runs the `alembic` script of its own environment: put that environment's bin first
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    env = {**base_env(), **(env or {}), **(slot.env() if slot is not None else {})}
+    server = nbgraderfork.active()
+    if server is not None:
+        try:
+            return _forked(server, args, cwd, timeout, log, env, slot)
+        except OSError:  # the server ended: this command starts afresh
+            pass
     argv = [*(slot.prefix() if slot is not None else []), sys.executable, "-m", "nbgrader", *args]
     with open(log, "ab") as fh:
         proc = subprocess.Popen(argv, cwd=cwd, stdout=fh, stderr=subprocess.STDOUT,
@@ -54,9 +64,31 @@ def _run(args: list[str], cwd: Path, timeout: float, log: Path,
             proc.wait()
             with _LIVE_LOCK:
                 _LIVE.discard(proc.pid)
+    return rc, _tail(log)
+
+
+def _forked(server: nbgraderfork.ForkServer, args: list[str], cwd: Path, timeout: float, log: Path,
+            env: dict[str, str], slot: Slot | None) -> tuple[int | None, str]:
+    """:func:`_run` through the session's fork server: the same command, log, time limit and ending."""
+    pid = server.spawn(args, cwd, env, log, sorted(slot.cores) if slot is not None else None)
+    with _LIVE_LOCK:
+        _LIVE.add(pid)
+    rc: int | None = None
+    try:
+        rc = server.wait(pid, timeout)
+    finally:
+        kill_tree(pid)  # what it left in its session, or all of it on a timeout
+        if rc is None:
+            server.wait(pid, 60)  # reaped by the server once killed
+        with _LIVE_LOCK:
+            _LIVE.discard(pid)
+    return rc, _tail(log)
+
+
+def _tail(log: Path) -> str:
     with open(log, "rb") as fh:
         fh.seek(max(0, log.stat().st_size - 20_000))
-        return rc, fh.read().decode("utf-8", "replace")
+        return fh.read().decode("utf-8", "replace")
 
 
 def _kill_live() -> None:
