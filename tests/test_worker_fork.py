@@ -76,3 +76,49 @@ def test_forking_can_be_turned_off_and_never_happens_without_the_fake_timer(tmp_
     assert perfboxes._may_fork(False) is False  # a real timer: on a GPU machine CUDA does not survive a fork
     monkeypatch.setenv(perfboxes.FORK_ENV, "0")
     assert perfboxes._may_fork(True) is False
+
+
+def _children(pid: int) -> list[int]:
+    return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
+@pytest.mark.slow  # a launcher and two learner workers: ~4 s of CPU
+@pytest.mark.parametrize("fork", ["1", "0"])
+def test_the_ranks_launcher_forks_each_learner_worker_holding_only_its_own_pipes(fork):
+    """The ranks launcher (``mlsys.grader.clean.ranks``) with two ranks (as the learner's sandbox starts Lab 4's): each worker answers on its own
+    pipes; forked from the launcher on a CPU grader with the fake timer, it holds neither the other rank's pipes nor
+    anything else of the launcher's; turned off (or on a GPU machine), each is a fresh interpreter."""
+    import select
+
+    from mlsys.grader.clean import perfwire, ranks
+
+    ends, keep, spec = [], [], []
+    for _ in range(2):
+        to_r, to_w = os.pipe()
+        from_r, from_w = os.pipe()
+        ends.append((to_w, from_r))
+        keep += [to_r, from_w]
+        spec.append(f"{to_r}:{from_w}:-1")
+    proc = subprocess.Popen([sys.executable, "-P", "-m", "mlsys.grader.clean.ranks", ",".join(spec), "--fake"],
+                            pass_fds=keep, cwd=REPO, env={**os.environ, ranks.FORK_ENV: fork}, stderr=subprocess.DEVNULL)
+    for fd in keep:
+        os.close(fd)
+    try:
+        for to_w, from_r in ends:
+            perfwire.send(to_w, {"op": "setup", "cells": ["x = 1"], "fake": True})
+            assert select.select([from_r], [], [], 240)[0], "a worker did not answer"
+            head, _ = perfwire.recv(from_r)
+            assert head.get("device") == "cpu" and not head.get("notes"), head
+        workers = _children(proc.pid)
+        assert len(workers) == 2, workers
+        forked = fork == "1" and not glob.glob("/dev/nvidia*")
+        for pid in workers:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            assert ("clean.ranks" in cmd) == forked and ("perfworker learner" in cmd) == (not forked), cmd
+            pipes = [t for t in (os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd"))
+                     if t.startswith("pipe:")]
+            assert len(pipes) == 2, f"worker {pid} holds {pipes}: its two pipes and nothing of the other rank's"
+    finally:
+        for to_w, _ in ends:
+            perfwire.send(to_w, {"op": "exit"})
+    assert proc.wait(timeout=60) == 0

@@ -124,7 +124,7 @@ class LearnerHost:
             keep += [to_r, from_w] + ([shm] if shm is not None else [])
             give += [to_w, from_r, shm if shm is not None else os.open(os.devnull, os.O_RDONLY)]
             specs.append(f"{to_r}:{from_w}:{shm if shm is not None else -1}")
-        argv = [sys.executable, "-P", "-m", "mlsys.grader.clean.perfworker", "ranks", ",".join(specs)] + (["--fake"] if fake else [])
+        argv = [sys.executable, "-P", "-m", "mlsys.grader.clean.ranks", ",".join(specs)] + (["--fake"] if fake else [])
         limits = sandbox.Limits(**self.settings.get("limits", {}))
         cgroup = sandbox.Cgroup.create(limits)
         sandbox.own_scratch(self.scratch)

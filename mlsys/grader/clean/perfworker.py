@@ -565,25 +565,5 @@ def _round(torch: Any, wfd: int, msg: dict[str, Any], namespace: dict[str, Any],
             perfwire.send(wfd, {"kernels": None, "error": f"{type(exc).__name__}: {exc}"})
 
 
-def ranks(spec: str, fake: bool) -> int:
-    """Start one learner worker per ``IN:OUT:REGION`` descriptor triple of ``spec`` (comma-separated), each
-    with IN as its standard input and OUT as its standard output, and wait for them: how the learner's
-    sandbox (:mod:`mlsys.grader.learnerbox`) starts its workers on the pipes the grader made for it."""
-    import subprocess
-
-    procs = []
-    for part in spec.split(","):
-        fd_in, fd_out, shm = (int(x) for x in part.split(":"))
-        argv = [sys.executable, "-P", "-m", "mlsys.grader.clean.perfworker", "learner"] + (["--fake"] if fake else [])
-        if shm >= 0:
-            argv.append(f"--shm={shm}:{os.fstat(shm).st_size}")
-        procs.append(subprocess.Popen(argv, stdin=fd_in, stdout=fd_out, pass_fds=(shm,) if shm >= 0 else ()))
-        for fd in (fd_in, fd_out, *((shm,) if shm >= 0 else ())):
-            os.close(fd)
-    return max((p.wait() for p in procs), default=0)
-
-
 if __name__ == "__main__":
-    if len(sys.argv) > 2 and sys.argv[1] == "ranks":
-        sys.exit(ranks(sys.argv[2], "--fake" in sys.argv))
     sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else "learner"))
