@@ -105,6 +105,21 @@ def test_launch_returns_results_in_rank_order():
     assert launch(_rank_and_size, 1, 0, backend="gloo", timeout=60) == [(0, 1)]
 
 
+def test_a_taken_port_cannot_break_or_mix_a_launch(monkeypatch):
+    """A port chosen first and bound by rank 0 later could be taken in between, by a concurrent launch that then
+    shared its store and mixed the two groups (CI, 2026-12-03: "Gloo connectFullMesh failed ... Connection closed
+    by peer"). The launcher hosts the group's store on a port the OS gives it: a taken "free" port changes nothing."""
+    import socket
+
+    from mlsys.runtime import launch as launcher
+
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        monkeypatch.setattr(launcher, "free_port", lambda: other.getsockname()[1])
+        assert launch(_rank_and_size, 2, 5, backend="gloo", timeout=60) == [(5, 2), (6, 2)]
+
+
 def test_launch_reports_the_rank_that_raised():
     with pytest.raises(LaunchError, match=r"(?s)rank 1 of 2 raised.*rank one is unhappy"):
         launch(_raise_on_rank_1, 2, backend="gloo", timeout=60)

@@ -157,7 +157,7 @@ def _to_cpu(obj: Any) -> Any:
     return obj
 
 
-def _worker(rank: int, world_size: int, port: int, backend: str, timeout: float, threads: int,
+def _worker(rank: int, world_size: int, told: Any, backend: str, timeout: float, threads: int,
             fn: Callable[..., Any], args: tuple, kwargs: dict, conn: Any) -> None:
     for key, value in CHILD_ENV.items():
         os.environ.setdefault(key, value)
@@ -174,8 +174,11 @@ def _worker(rank: int, world_size: int, port: int, backend: str, timeout: float,
         if backend == "nccl":
             torch.cuda.set_device(rank)
             kw["device_id"] = torch.device("cuda", rank)
-        dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size,
-                                timeout=timedelta(seconds=max(1.0, timeout) + _PG_TIMEOUT_MARGIN), **kw)
+        pg_timeout = timedelta(seconds=max(1.0, timeout) + _PG_TIMEOUT_MARGIN)
+        port = told.recv()  # the port of the store the launcher hosts for this group alone
+        told.close()
+        store = dist.TCPStore("127.0.0.1", port, world_size, False, timeout=pg_timeout)
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=pg_timeout, **kw)
         _install_peer_checks()
         result = fn(*args, **kwargs)
         if backend == "nccl":
@@ -208,12 +211,13 @@ def launch(fn: Callable[..., Any], world_size: int, *args: Any, backend: str | N
     in rank order; an exception on a rank raises :class:`LaunchError` with its traceback.
     """
     method = _start_method(world_size, backend or "gloo", timeout, start_method)
-    procs, conns = _spawn(mp.get_context(method), fn, world_size, args, kwargs, backend=backend or "gloo",
-                          timeout=timeout, threads=threads)
+    procs, conns, store = _spawn(mp.get_context(method), fn, world_size, args, kwargs, backend=backend or "gloo",
+                                 timeout=timeout, threads=threads)
     try:
         results = _wait(procs, conns, timeout)
     finally:
         _stop(procs, conns)
+        del store  # the group's rendezvous, kept until every rank has ended
     return _collect(getattr(fn, "__name__", "function"), results, world_size, timeout)
 
 
@@ -239,19 +243,31 @@ def _start_method(world_size: int, backend: str, timeout: float, start_method: s
 
 
 def _spawn(ctx: Any, fn: Callable[..., Any], world_size: int, args: tuple, kwargs: dict, *, backend: str,
-           timeout: float, threads: int) -> tuple[list[Any], list[Any]]:
-    """Start one child per rank (:func:`_worker`); their processes and the ends of the pipes they answer on."""
-    port = free_port()
-    procs, conns = [], []
+           timeout: float, threads: int) -> tuple[list[Any], list[Any], Any]:
+    """Start one child per rank (:func:`_worker`), then the group's store, here, on a port the OS picks (no port
+    chosen first and bound later, which a concurrent launch could take in between and share, mixing two groups:
+    seen once in CI as "Gloo connectFullMesh failed ... Connection closed by peer"), its port sent to every rank.
+    Returns the processes, the ends of the pipes they answer on, and the store (kept until they end)."""
+    from torch.distributed import TCPStore
+
+    procs, conns, tells = [], [], []
     for rank in range(world_size):
         parent, child = ctx.Pipe(duplex=False)
-        p = ctx.Process(target=_worker, args=(rank, world_size, port, backend, timeout, threads, fn, args, kwargs, child),
+        told, tell = ctx.Pipe(duplex=False)
+        p = ctx.Process(target=_worker, args=(rank, world_size, told, backend, timeout, threads, fn, args, kwargs, child),
                         daemon=True, name=f"mlsys-rank{rank}")
-        p.start()
+        p.start()  # before the store exists: a forked rank inherits none of its threads or sockets
         child.close()
+        told.close()
         procs.append(p)
         conns.append(parent)
-    return procs, conns
+        tells.append(tell)
+    store = TCPStore("127.0.0.1", 0, None, True, timeout=timedelta(seconds=max(1.0, timeout) + _PG_TIMEOUT_MARGIN),
+                     wait_for_workers=False)
+    for tell in tells:
+        tell.send(store.port)
+        tell.close()
+    return procs, conns, store
 
 
 def _receive(proc: Any, conn: Any, from_pipe: bool) -> tuple[str, Any]:
