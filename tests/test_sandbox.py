@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from mlsys.grader import sandbox, teach
+from mlsys.grader import sandbox, scratch, teach
 
 
 def _bwrap_or_skip() -> None:
@@ -326,20 +326,20 @@ def test_a_submissions_writes_are_capped_in_all_not_only_per_file(tmp_path, site
     """Round 4: one submission wrote 2.1 GB into the grader's disk in files each under the per-file cap. Its
     scratch is a tmpfs of a fixed size (a root grader): the third 4 MiB file of an 8 MiB scratch does not fit."""
     _bwrap_or_skip()
-    scratch = tmp_path / "scratch"
-    scratch.mkdir()
-    if not sandbox.scratch_fs(scratch, size=8 * 2**20):
+    folder = tmp_path / "scratch"
+    folder.mkdir()
+    if not scratch.scratch_fs(folder, size=8 * 2**20):
         pytest.skip("this grader cannot mount a tmpfs (not root): the per-file cap is all there is")
     try:
-        sandbox.own_scratch(scratch)
+        sandbox.own_scratch(folder)
         code = ("import errno\nwritten = 0\nfor i in range(3):\n    try:\n"
                 "        open(f'f{i}', 'wb').write(b'x' * (4 << 20))\n        written += 1\n"
                 "    except OSError as exc:\n        print('refused', errno.errorcode[exc.errno])\nprint('written', written)\n")
-        proc = subprocess.run(sandbox.command([sys.executable, "-c", code], scratch, site), capture_output=True,
-                              text=True, timeout=120, cwd=scratch)
+        proc = subprocess.run(sandbox.command([sys.executable, "-c", code], folder, site), capture_output=True,
+                              text=True, timeout=120, cwd=folder)
         assert "refused ENOSPC" in proc.stdout and "written 2" in proc.stdout, proc.stdout + proc.stderr
     finally:
-        sandbox.release_scratch(scratch)
+        scratch.release_scratch(folder)
 
 
 def test_only_the_slots_gpu_nodes_are_bound(monkeypatch):
@@ -407,3 +407,26 @@ def test_the_verdict_runner_needs_no_nbgrader():
     code = blocked + "import mlsys.grader.sandboxrun, mlsys.grader.decide.trusted, mlsys.grader.learnerbox, mlsys.grader.clean.perfworker"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def _mounted(path: Path) -> bool:
+    mountinfo = Path("/proc/self/mountinfo").read_text().splitlines()  # a space in a mount point reads \\040
+    return any(line.split()[4] == str(path).replace(" ", "\\040") for line in mountinfo)
+
+
+def test_a_grading_folder_is_removed_with_the_scratch_a_killed_grading_left_mounted():
+    """An interrupted run SIGKILLs its gradings; one killed between mounting its scratch and unmounting it left the
+    run's temporary folder unremovable ("Device or resource busy": CI, 2026-12-03). The run's folder releases every
+    mount below it, deepest first, then goes."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a scratch file system needs a root grader (CI runs as root)")
+    with scratch.grading_folder("mlsys-test-") as tmp:
+        outer, inner = tmp / "scratch" / "sub-a", tmp / "scratch" / "sub-a" / "deeper dir"
+        outer.mkdir(parents=True)
+        assert scratch.scratch_fs(outer, 1 << 20), "could not mount a tmpfs as root"
+        inner.mkdir()
+        assert scratch.scratch_fs(inner, 1 << 20)
+        (inner / "file").write_text("a submission's write")
+        assert _mounted(outer) and _mounted(inner)
+    assert not tmp.exists(), "the run's folder was not removed"
+    assert not _mounted(outer) and not _mounted(inner)

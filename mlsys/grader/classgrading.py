@@ -9,11 +9,10 @@ from __future__ import annotations
 import functools
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from mlsys.grader import gradebook, nbgraderfork, sandbox, slurm
+from mlsys.grader import gradebook, nbgraderfork, sandbox, scratch, slurm
 from mlsys.grader.classplan import Interrupted, Plan, _pending, _prepare, plan
 from mlsys.grader.classrun import _gpu_ids, run_local, run_slurm
 from mlsys.grader.gradedrow import Row, _pts, summarize, write_csv
@@ -155,7 +154,7 @@ def grade(root: Path | None = None, *, submitted: Path | None = None, out_csv: P
                                 timeout=timeout, extra=extra, feedback=feedback, batch=batch, verbose=verbose,
                                 regrade=regrade)
         elif p.todo:
-            with tempfile.TemporaryDirectory(prefix="mlsys-grade-") as tmp, nbgraderfork.session(base_env()):
+            with scratch.grading_folder("mlsys-grade-") as tmp, nbgraderfork.session(base_env()):
                 gpu = _has_cuda()
                 slots = make_slots(jobs, gpus=_gpu_ids(_RunSettings("none", Path(tmp), Path(tmp), perf, gpu)),
                                    timed_on_gpu=perf == "cuda")

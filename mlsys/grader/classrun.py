@@ -10,7 +10,6 @@ import json
 import queue
 import shutil
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -18,7 +17,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from mlsys.grader import nbgraderfork, sandbox, slurm
+from mlsys.grader import nbgraderfork, sandbox, scratch, slurm
 from mlsys.grader.classplan import Interrupted, Plan, Progress, _grade_guarded, _prepare, _StopFlag, _stored
 from mlsys.grader.gradedrow import Row
 from mlsys.grader.nbgraderrun import _kill_live, base_env
@@ -242,10 +241,10 @@ def grade_task(manifest: Path, index: int) -> int:
     store = RowStore(root)
     gpu = _has_cuda()
     ok = True
-    with tempfile.TemporaryDirectory(prefix="mlsys-grade-task-") as tmp, nbgraderfork.session(base_env()):
-        scratch = Path(tmp) / "scratch"
-        scratch.mkdir()
-        run = _RunSettings(mode=m["mode"], site=Path(m["site"]), scratch=scratch, perf=m["perf"], gpu=gpu,
+    with scratch.grading_folder("mlsys-grade-task-") as tmp, nbgraderfork.session(base_env()):
+        scratch_dir = Path(tmp) / "scratch"
+        scratch_dir.mkdir()
+        run = _RunSettings(mode=m["mode"], site=Path(m["site"]), scratch=scratch_dir, perf=m["perf"], gpu=gpu,
                            limits=sandbox.Limits(**m["limits"]))
         prep = _Prepared(Path(m["base"]), run)
         work = Path(tmp) / "jobs"

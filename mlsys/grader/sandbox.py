@@ -33,7 +33,7 @@ scratch folder is handed to that uid (:func:`own_scratch`). The grader's own cle
 and its baseline and replay workers) runs in a sandbox of its own as another unprivileged uid,
 :data:`CLEAN_UID` (``command(..., uid=CLEAN_UID)``): learner code can neither signal it nor write what it reads
 (:mod:`mlsys.grader.learnerbox`). Each sandbox's ``/tmp`` is a size-capped tmpfs holding its compiler caches, and
-a root grader mounts a submission's scratch as a size-capped tmpfs too (:func:`scratch_fs`).
+a root grader mounts a submission's scratch as a size-capped tmpfs too (:func:`mlsys.grader.scratch.scratch_fs`).
 
 Where bubblewrap cannot run, :func:`check` raises :class:`SandboxUnavailable` saying how to install
 it; a teacher may grade without it only by asking for ``--no-sandbox``, which is logged loudly.
@@ -56,7 +56,7 @@ from mlsys.grader.siteinstall import pip_install
 
 __all__ = ["SandboxUnavailable", "Limits", "Cgroup", "bwrap_path", "check", "build_site", "command", "INSIDE_HOME",
            "NO_SANDBOX_WARNING", "SANDBOX_UID", "CLEAN_UID", "TMP_BYTES", "ETC_FILES", "own_scratch", "cgroup_note",
-           "gpu_nodes", "scratch_fs", "release_scratch", "SCRATCH_BYTES"]
+           "gpu_nodes"]
 
 SANDBOX_UID = 65534
 """The uid and gid student code runs as (``nobody``/``nogroup`` on Debian), inside and, for a root grader, outside."""
@@ -380,27 +380,6 @@ def _make_v1(fs: Path, own: dict[str, str], name: str, limits: Limits, why: list
                     _rmdir(done)
                 return []
     return made
-
-
-SCRATCH_BYTES = 4 * 2**30
-"""Size of a submission's scratch file system (:func:`scratch_fs`): what all its sandboxes may write in all."""
-
-
-def scratch_fs(folder: Path, size: int = SCRATCH_BYTES) -> bool:
-    """Mount a tmpfs of ``size`` bytes on ``folder`` (a root grader), so a submission's writes are capped in all,
-    not only per file (round 4: 2.1 GB under the per-file cap), and charged in memory to the cgroup of the
-    process that writes them. False where it cannot be mounted (an unprivileged grader): the per-file cap
-    (``Limits.file_bytes``) and the size of each sandbox's ``/tmp`` are then all there is."""
-    if os.geteuid() != 0 or not shutil.which("mount"):
-        return False
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={int(size)},mode=0755", "mlsys-scratch", str(folder)],
-                          capture_output=True, text=True, timeout=30)
-    return proc.returncode == 0
-
-
-def release_scratch(folder: Path) -> None:
-    """Unmount :func:`scratch_fs`'s tmpfs (lazily: a process still holding a file there lets go later)."""
-    subprocess.run(["umount", "-l", str(folder)], capture_output=True, text=True, timeout=30)
 
 
 def _rmdir(path: Path) -> None:

@@ -35,7 +35,7 @@ from typing import Any
 
 from nbgrader.preprocessors import Execute
 
-from mlsys.grader import sandbox
+from mlsys.grader import scratch
 from mlsys.grader.decide.trusted import answer_cells
 from mlsys.grader.decide.verdict import METADATA_KEY, Verdict
 from mlsys.grader.learnerside.testcells import answer_names, course_imports, grader_cells
@@ -93,12 +93,12 @@ class SandboxedExecute(Execute):
         report: dict[str, Any] = {"kernel_died": None, "timed_out": False, "not_run": 0, "perf": {}, "fatal": ""}
         src_dir = Path(resources.get("metadata", {}).get("path") or ".")
         root = Path(tempfile.mkdtemp(prefix="sub-", dir=settings.get("scratch")))
-        mounted = settings.get("mode") == "bwrap" and sandbox.scratch_fs(root)  # the submission's writes, capped in all
+        mounted = settings.get("mode") == "bwrap" and scratch.scratch_fs(root)  # the submission's writes, capped in all
         try:
             self._execute(nb, settings, src_dir, root, deadline, report, nbformat)
         finally:
             if mounted:
-                sandbox.release_scratch(root)
+                scratch.release_scratch(root)
             shutil.rmtree(root, ignore_errors=True)
             if settings.get("report"):
                 Path(settings["report"]).write_text(json.dumps(report, indent=1), encoding="utf-8")
