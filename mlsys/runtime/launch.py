@@ -164,7 +164,7 @@ def _worker(rank: int, world_size: int, told: Any, backend: str, timeout: float,
     if sys.platform.startswith("linux"):
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # sandboxes often cannot resolve their hostname
     status, payload = "error", ""
-    dist = None
+    dist = store = None
     try:
         import torch
         import torch.distributed as dist
@@ -191,12 +191,27 @@ def _worker(rank: int, world_size: int, told: Any, backend: str, timeout: float,
     except Exception as exc:  # e.g. an unpicklable result
         conn.send(("error", f"could not send the result back: {exc}"))
     conn.close()
+    _leave_together(store, rank, world_size)
     try:
         if dist is not None and dist.is_initialized():
             dist.destroy_process_group()
     except Exception:
         pass
     os._exit(0)  # skip interpreter teardown, which can hang on a broken process group
+
+
+def _leave_together(store: Any, rank: int, world_size: int) -> None:
+    """Wait until every rank has reported before this one exits (bounded by the store's timeout): a rank that
+    exits while a peer is still connecting its group or reading from it closes their socket, and the peer fails
+    with Gloo's "Connection closed by peer" (a rank with no collective to run ends first; seen in CI, 2026-12-03,
+    and in 7 of 160 launches, four at once, on the 2-core machine)."""
+    if store is None:
+        return
+    try:
+        store.set(f"mlsys/left/{rank}", b"1")
+        store.wait([f"mlsys/left/{r}" for r in range(world_size)])
+    except Exception:  # a peer that failed never arrives; the launcher has its report and ends this rank
+        pass
 
 
 def launch(fn: Callable[..., Any], world_size: int, *args: Any, backend: str | None = None, timeout: float = 60.0,
@@ -245,8 +260,8 @@ def _start_method(world_size: int, backend: str, timeout: float, start_method: s
 def _spawn(ctx: Any, fn: Callable[..., Any], world_size: int, args: tuple, kwargs: dict, *, backend: str,
            timeout: float, threads: int) -> tuple[list[Any], list[Any], Any]:
     """Start one child per rank (:func:`_worker`), then the group's store, here, on a port the OS picks (no port
-    chosen first and bound later, which a concurrent launch could take in between and share, mixing two groups:
-    seen once in CI as "Gloo connectFullMesh failed ... Connection closed by peer"), its port sent to every rank.
+    chosen first and bound later, which a concurrent launch could take in between and share, mixing two groups),
+    its port sent to every rank.
     Returns the processes, the ends of the pipes they answer on, and the store (kept until they end)."""
     from torch.distributed import TCPStore
 
