@@ -281,3 +281,27 @@ def test_the_split_grader_on_a_gpu_keeps_the_corpus_rows_and_the_instructors_ten
         counts[r["what"]] = counts.get(r["what"], 0) + 1
     assert counts == {"lab2_tiled_matmul": 10, "lab5_attention": 10}, counts
     assert {len(r["cases"]) for r in run["runs"] if r["what"] == "lab5_attention"} == {2}  # plain and causal
+
+
+def test_the_grader_with_forked_commands_on_a_gpu_keeps_its_rows_and_the_instructors_credit():
+    """One H200 (2026-12-03, 7dcefea), after nbgrader's commands, the learner's workers (CPU only) and the launcher
+    changed how they start: the slot's nodes, the verdict's two attacks, four corpus rows through teach.grade, and
+    every instructor grading of Labs 2 and 5 that fit in the session at full credit."""
+    run = json.loads((RUNS / "grader_after_forks_nvidia-h200_2026-12-03.json").read_text(encoding="utf-8"))
+    assert run["device"] == DEVICES["nvidia-h200"] and {"torch", "triton", "driver", "nbgrader"} <= set(run["software"])
+    assert run["nodes"]["ok"] and run["nodes"]["seen"]["count"] == 1
+    assert "/dev/nvidia1" not in run["nodes"]["seen"]["nodes"] and "/dev/nvidia0" in run["nodes"]["seen"]["nodes"]
+    assert set(run["verdict"]) == {"good", "perf_signal_baseline", "perf_poison_caches"}
+    assert all(c["ended"] == "done" and c["credit"] == 1.0 for c in run["verdict"].values()), run["verdict"]
+    rows = run["corpus"]["rows"]
+    assert set(rows) == {"good", "perf_signal_baseline", "perf_poison_caches", "hidden_library_call"}
+    for name, row in rows.items():
+        assert row["matches_expected"] and row["performance_score"] == _expected(name), (name, row)
+        assert row["correctness_score"] == EXPECTED[name]["correctness_score"], (name, row)
+    counts: dict[str, int] = {}
+    for r in run["runs"]:
+        assert r["mode"] == "bwrap" and r["fatal"] is None and r["ended"] == "done", r
+        assert r["cases"] and all(c["credit"] == 1.0 for c in r["cases"].values()), r
+        counts[r["what"]] = counts.get(r["what"], 0) + 1
+    assert counts == {"lab2_tiled_matmul": 10, "lab5_attention": 7}, counts
+    assert run["launch"]["gloo_three_ranks_failed_of_30"] == 0 and run["launch"]["nccl_one_rank"] == [[1.0, "nccl"]]
