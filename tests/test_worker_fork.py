@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from mlsys.grader.decide import perfboxes
+from mlsys.grader.clean import workerfork
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -70,12 +70,12 @@ def test_a_forked_baseline_answers_and_holds_only_its_pipes_and_region(tmp_path)
 
 @pytest.mark.slow
 def test_forking_can_be_turned_off_and_never_happens_without_the_fake_timer(tmp_path, monkeypatch):
-    got = _probe(tmp_path, **{perfboxes.FORK_ENV: "0"})
+    got = _probe(tmp_path, **{workerfork.FORK_ENV: "0"})
     assert not got["baseline"]["forked"] and "perfworker baseline" in got["baseline"]["cmd"], got["baseline"]
-    monkeypatch.delenv(perfboxes.FORK_ENV, raising=False)
-    assert perfboxes._may_fork(False) is False  # a real timer: on a GPU machine CUDA does not survive a fork
-    monkeypatch.setenv(perfboxes.FORK_ENV, "0")
-    assert perfboxes._may_fork(True) is False
+    monkeypatch.delenv(workerfork.FORK_ENV, raising=False)
+    assert workerfork.may_fork(False) is False  # a real timer: on a GPU machine CUDA does not survive a fork
+    monkeypatch.setenv(workerfork.FORK_ENV, "0")
+    assert workerfork.may_fork(True) is False
 
 
 def _children(pid: int) -> list[int]:
@@ -90,7 +90,7 @@ def test_the_ranks_launcher_forks_each_learner_worker_holding_only_its_own_pipes
     anything else of the launcher's; turned off (or on a GPU machine), each is a fresh interpreter."""
     import select
 
-    from mlsys.grader.clean import perfwire, ranks
+    from mlsys.grader.clean import perfwire
 
     ends, keep, spec = [], [], []
     for _ in range(2):
@@ -100,7 +100,7 @@ def test_the_ranks_launcher_forks_each_learner_worker_holding_only_its_own_pipes
         keep += [to_r, from_w]
         spec.append(f"{to_r}:{from_w}:-1")
     proc = subprocess.Popen([sys.executable, "-P", "-m", "mlsys.grader.clean.ranks", ",".join(spec), "--fake"],
-                            pass_fds=keep, cwd=REPO, env={**os.environ, ranks.FORK_ENV: fork}, stderr=subprocess.DEVNULL)
+                            pass_fds=keep, cwd=REPO, env={**os.environ, workerfork.FORK_ENV: fork}, stderr=subprocess.DEVNULL)
     for fd in keep:
         os.close(fd)
     try:

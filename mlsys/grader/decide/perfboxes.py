@@ -10,6 +10,7 @@ import sys
 from typing import Any
 
 from mlsys.grader import learnerbox
+from mlsys.grader.clean.workerfork import fork_worker, may_fork
 
 # ----------------------------------------------------------------------------------------------
 # workers: the learner's process, and a clean one for the baseline
@@ -41,22 +42,6 @@ class _RemoteBox:
                 pass
 
 
-def _may_fork(fake: bool) -> bool:
-    """Whether a clean worker may be forked from this process instead of started afresh (which imports torch
-    again, about 2 CPU-s): only with the fake timer on a machine without an NVIDIA GPU (a CUDA driver does not
-    survive a fork), and only where Triton, if imported here, runs under the interpreter as the worker will.
-    The verdict process holds no learner code, so a clean worker forked from it inherits none."""
-    import glob
-
-    if not fake or glob.glob("/dev/nvidia*") or os.environ.get(FORK_ENV, "1") == "0":
-        return False
-    return "triton" not in sys.modules or os.environ.get("TRITON_INTERPRET") == "1"
-
-
-FORK_ENV = "MLSYS_GRADER_FORK_CLEAN"
-"""``0``: start every clean worker afresh, even where it could be forked (:func:`_may_fork`)."""
-
-
 class _Forked:
     """A clean worker forked from the verdict process: its own session, the pipes as its standard input and
     output, nothing else of this process's open files but the shared region; then
@@ -67,26 +52,7 @@ class _Forked:
 
         to_child, self.w = os.pipe()
         self.r, from_child = os.pipe()
-        self.pid = os.fork()
-        if self.pid == 0:  # the child: never returns
-            code = 1
-            try:
-                os.setsid()
-                os.dup2(to_child, 0)
-                os.dup2(from_child, 1)
-                null = os.open(os.devnull, os.O_WRONLY)
-                os.dup2(null, 2)
-                prev = -1
-                for fd in sorted({0, 1, 2} | ({region} if region is not None else set())) + [os.sysconf("SC_OPEN_MAX")]:
-                    if fd > prev + 1:  # an empty range would close from its start to the last descriptor
-                        os.closerange(prev + 1, fd)  # everything between the descriptors kept
-                    prev = fd
-                sys.argv = [sys.argv[0], *args]
-                from mlsys.grader.clean import perfworker
-
-                code = perfworker.main(args[0])
-            finally:
-                os._exit(code)
+        self.pid = fork_worker(args, to_child, from_child, region, own_session=True, quiet=True)
         os.close(to_child)
         os.close(from_child)
 
@@ -126,7 +92,7 @@ class _ProcWorker:
 
                 self.shm = (region, mmap.mmap(region, SHARED_BYTES))
                 argv.append(f"--shm={region}:{SHARED_BYTES}")
-            if role != "learner" and _may_fork(fake):
+            if role != "learner" and may_fork(fake):
                 self.proc = _Forked(argv[4:], region)
                 self.w, self.r = self.proc.w, self.proc.r
             else:

@@ -431,7 +431,7 @@ def _start_workers(fake: bool, world: int, host: Any, deadline: float, workers: 
     The baseline's first rounds are measured before any answer cell runs (the trust model): the learner's
     worker starts (torch's import) and is paused at once; its cells are sent only after every case's baseline
     is prepared. On a CPU with the fake timer the clean workers are forks of this process after its ``import torch``
-    (:func:`mlsys.grader.decide.perfboxes._may_fork`); elsewhere their start-ups overlap this process's."""
+    (:func:`mlsys.grader.clean.workerfork.may_fork`); elsewhere their start-ups overlap this process's."""
     base = _workers("baseline", fake, world)
     workers.append(base)
     base.send({"op": "setup", "cells": [], "fake": fake})
