@@ -23,6 +23,7 @@ import contextlib
 import json
 import os
 import select
+import signal
 import subprocess
 import sys
 import threading
@@ -146,7 +147,8 @@ def _command(request: dict[str, Any]) -> int:
     os.dup2(null, 0)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
-    os.closerange(3, os.sysconf("SC_OPEN_MAX") if os.sysconf("SC_OPEN_MAX") > 0 else 4096)
+    limit = os.sysconf("SC_OPEN_MAX")
+    os.closerange(3, limit if limit > 0 else 4096)
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
@@ -168,6 +170,8 @@ def _fork(request: dict[str, Any]) -> int:
     if pid == 0:
         code = 1
         try:
+            signal.set_wakeup_fd(-1)  # the server's wake-up on its children's ends is not the command's
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             code = _command(request)
         except BaseException:  # noqa: BLE001 - the command's own traceback, to its log, as Python would print it
             import traceback
@@ -186,7 +190,8 @@ def _reply(msg: dict[str, Any]) -> None:
 
 
 def serve() -> None:
-    """Import nbgrader once, then fork a command per request until the grader closes the pipe."""
+    """Import nbgrader once, then fork a command per request until the grader closes the pipe; a command's end
+    (SIGCHLD, through a wake-up pipe) is answered as soon as it happens."""
     import importlib
 
     for name in PRELOAD:
@@ -194,20 +199,26 @@ def serve() -> None:
             importlib.import_module(name)
     if threading.active_count() != 1:  # forking a threaded process is unsafe: the grader starts commands afresh
         return
-    _reply_ready = b"ready\n"
-    os.write(1, _reply_ready)
+    wake, wake_w = os.pipe()
+    for fd in (wake, wake_w):
+        os.set_blocking(fd, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)  # only to be woken: the loop below reaps
+    os.write(1, b"ready\n")
     children: set[int] = set()
     buf, closed = b"", False
     while not closed or children:
-        ready, _, _ = select.select([] if closed else [0], [], [], 0.05 if children else None)
-        if ready:
+        ready, _, _ = select.select(([] if closed else [0]) + [wake], [], [])
+        if wake in ready:
+            with contextlib.suppress(BlockingIOError):
+                os.read(wake, 1 << 12)
+        if 0 in ready:
             chunk = os.read(0, 1 << 16)
             closed, buf = not chunk, buf + chunk
             while b"\n" in buf:
                 line, buf = buf.split(b"\n", 1)
                 request = json.loads(line)
-                pid = _fork(request)
-                children.add(pid)
+                children.add(pid := _fork(request))
                 _reply({"id": request["id"], "pid": pid})
         for pid in list(children):
             done, status = os.waitpid(pid, os.WNOHANG)
