@@ -134,19 +134,35 @@ def test_a_rank_that_ends_first_stays_until_its_peers_have_reported():
     assert launch(_peers_alive_after, 3, 0.5, backend="gloo", timeout=60) == [True, True, True]
 
 
-def test_a_taken_port_cannot_break_or_mix_a_launch(monkeypatch):
-    """A port chosen first and bound by rank 0 later could be taken in between, by a concurrent launch that then
-    shared its store and mixed the two groups. The launcher hosts the group's store on a port the OS gives it: a
-    taken "free" port changes nothing."""
-    import socket
+_GROUP_SUM = """
+import sys
+from mlsys.runtime.launch import launch
 
-    from mlsys.runtime import launch as launcher
+def total(mine):
+    import torch, torch.distributed as dist
+    t = torch.tensor([float(mine)])
+    dist.all_reduce(t)
+    return float(t), dist.get_world_size()
 
-    with socket.socket() as other:
-        other.bind(("127.0.0.1", 0))
-        other.listen()
-        monkeypatch.setattr(launcher, "free_port", lambda: other.getsockname()[1])
-        assert launch(_rank_and_size, 2, 5, backend="gloo", timeout=60) == [(5, 2), (6, 2)]
+k = int(sys.argv[1])
+for _ in range(4):
+    print(launch(total, 2, 1000 * k, backend="gloo", timeout=60), flush=True)
+"""
+
+
+def test_concurrent_launches_keep_their_groups_apart():
+    """Three programs launching two-rank groups at once: each group's all-reduce sums its own two ranks only (a
+    port chosen first and bound later, or a store two launches share, would mix groups or fail them)."""
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[1]
+    procs = [subprocess.Popen([sys.executable, "-c", _GROUP_SUM, str(k)], cwd=repo, text=True, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(repo)}) for k in (1, 2, 3)]
+    for k, proc in zip((1, 2, 3), procs, strict=True):
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err[-2000:]
+        assert out.split("\n")[:-1] == [str([(2000.0 * k, 2), (2000.0 * k, 2)])] * 4, (k, out, err[-1000:])
 
 
 def test_launch_reports_the_rank_that_raised():
