@@ -65,6 +65,10 @@ KERNELS = textwrap.dedent('''
 def _launch(acc_dtype: str, tmp_path, scale: str = "") -> list[str]:
     """Define the kernels in a file (as a cell would: inspect must find the source), launch under the
     interpreter, then compile what ran for sm_90."""
+    return compilecheck.compile_errors(_launches(acc_dtype, tmp_path, scale))
+
+
+def _launches(acc_dtype: str, tmp_path, scale: str = "") -> list:
     import importlib.util
 
     import torch
@@ -82,11 +86,12 @@ def _launch(acc_dtype: str, tmp_path, scale: str = "") -> list[str]:
         mod.dot_kernel[(1,)](a, out, 40, BLOCK_K=16)
     assert float(out) == 80.0  # the interpreter runs both versions: 40 ones, each doubled
     assert len(launches) == 1
-    return compilecheck.compile_errors(launches)
+    return launches
 
 
 @pytest.mark.slow  # two compilations for sm_90 in fresh processes (a few seconds each)
-def test_a_loop_carried_dtype_change_is_caught_on_a_cpu_and_an_honest_kernel_compiles(tmp_path):
+def test_a_loop_carried_dtype_change_is_caught_on_a_cpu_and_an_honest_kernel_compiles(tmp_path, monkeypatch):
+    monkeypatch.setenv(compilecheck.CACHE_ENV, str(tmp_path / "cache"))  # compiled here, not taken from a run before
     assert _launch("float32", tmp_path) == []
     errors = _launch("float16", tmp_path)
     assert len(errors) == 1
@@ -99,6 +104,45 @@ def test_a_loop_carried_dtype_change_is_caught_on_a_cpu_and_an_honest_kernel_com
     errors = _launch("float32", tmp_path, "SCALE = 2.0\n")
     assert "at line 10 of the cell that defines twice (`return x * SCALE`)" in errors[0], errors[0]
     assert "Cannot access global variable SCALE" in errors[0]
+
+
+def test_a_compile_verdict_is_kept_for_the_next_run_and_nothing_else_is(tmp_path, monkeypatch):
+    """A kernel compiled once is not compiled again by the next run (a new kernel process, its cell in another file)
+    with the same Triton; a failure that is no verdict (no ptxas, a time-out) is not kept; ``0`` keeps nothing."""
+    import subprocess
+
+    import triton
+
+    monkeypatch.setenv(compilecheck.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setattr(compilecheck, "_DONE", {})
+    launches = _launches("float32", tmp_path)
+    replies = iter(['{"other": "RuntimeError: no ptxas"}', '{"error": "dot_kernel: rejected"}', '{"ok": true}',
+                    '{"error": "dot_kernel: rejected"}', '{"error": "dot_kernel: rejected"}'])
+    calls = []
+
+    def run(argv, **kwargs):
+        calls.append(argv)
+        return subprocess.CompletedProcess(argv, 0, next(replies) + "\n", "")
+
+    monkeypatch.setattr(compilecheck.subprocess, "run", run)
+
+    def again():
+        compilecheck._DONE.clear()  # a new kernel process
+        return compilecheck.compile_errors(launches)
+
+    assert again() == [] and len(calls) == 1  # noted, not a verdict: not kept
+    assert again() == ["dot_kernel: rejected"] and len(calls) == 2
+    assert again() == ["dot_kernel: rejected"] and len(calls) == 2  # from the folder: not compiled again
+    job = compilecheck.describe(*launches[0])
+    assert compilecheck._key(job) == compilecheck._key({**job, "file": "/tmp/ipykernel_1/2.py"})
+    assert compilecheck._key(job) != compilecheck._key({**job, "source": job["source"] + "\n"})
+    monkeypatch.setattr(triton, "__version__", "0.0.0")  # another Triton compiles it afresh
+    assert again() == [] and len(calls) == 3
+    monkeypatch.setenv(compilecheck.CACHE_ENV, "0")
+    assert again() == ["dot_kernel: rejected"] and len(calls) == 4  # nothing kept at all: compiled each time
+    assert again() == ["dot_kernel: rejected"] and len(calls) == 5
+    with pytest.raises(StopIteration):
+        next(replies)
 
 
 def test_a_launch_is_described_with_its_argument_types():

@@ -179,7 +179,49 @@ def in_grader_sandbox() -> bool:
 
 
 def _key(job: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(job, sort_keys=True, default=str).encode()).hexdigest()
+    """What decides a compile's verdict: the job without the file its cell ran from (a new name in every kernel
+    process), and the Triton version that compiles it."""
+    triton = sys.modules.get("triton")
+    what = {**{k: v for k, v in job.items() if k != "file"}, "triton": getattr(triton, "__version__", None)}
+    return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()
+
+
+CACHE_ENV = "MLSYS_COMPILE_CACHE"
+"""A folder for compile verdicts kept between runs (default ``$XDG_CACHE_HOME/mlsys/compilecheck``, else
+``~/.cache/...``); ``0`` keeps none. A notebook run again, or a lab's checks run once per learner, compile each
+unchanged kernel once (about half a CPU-second each)."""
+
+
+def _cache_file(key: str) -> Path | None:
+    where = os.environ.get(CACHE_ENV)
+    if where == "0":
+        return None
+    base = Path(where) if where else Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mlsys" / "compilecheck"
+    return base / f"{key}.json"
+
+
+def _cached(key: str) -> tuple[bool, str | None]:
+    """``(True, verdict)`` if a run before this one compiled the same job (verdict: the error, or None)."""
+    path = _cache_file(key)
+    try:
+        reply = json.loads(path.read_text(encoding="utf-8")) if path is not None else {}
+    except (OSError, ValueError):
+        return False, None
+    if not isinstance(reply, dict) or not ({"ok", "error"} & set(reply)):
+        return False, None
+    return True, reply.get("error") or None
+
+
+def _keep(key: str, reply: dict[str, Any]) -> None:
+    """Keep a compiler's verdict (only one: compiled, or the learner's CompilationError) for the next run."""
+    path = _cache_file(key)
+    if path is None or not ({"ok", "error"} & set(reply)):
+        return
+    with contextlib.suppress(OSError):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({k: reply[k] for k in ("ok", "error") if k in reply}), encoding="utf-8")
+        os.replace(tmp, path)
 
 
 def compile_errors(launches: list[tuple[Any, tuple, dict]], *, timeout: float = 180.0) -> list[str]:
@@ -200,13 +242,14 @@ def compile_errors(launches: list[tuple[Any, tuple, dict]], *, timeout: float = 
             continue
         key = _key(job)
         if key not in _DONE:
-            _DONE[key] = _compile_in_fresh_process(job, timeout)
+            known, verdict = _cached(key)
+            _DONE[key] = verdict if known else _compile_in_fresh_process(job, timeout, key)
         if _DONE[key]:
             errors.append(_DONE[key])
     return errors
 
 
-def _compile_in_fresh_process(job: dict[str, Any], timeout: float) -> str | None:
+def _compile_in_fresh_process(job: dict[str, Any], timeout: float, key: str) -> str | None:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     try:
         # the file itself, not ``-m mlsys.labkit.compilecheck``: the compiler needs Triton only, not the course package
@@ -215,6 +258,7 @@ def _compile_in_fresh_process(job: dict[str, Any], timeout: float) -> str | None
         reply = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.stdout.strip() else {}
     except (subprocess.TimeoutExpired, json.JSONDecodeError, OSError) as exc:
         reply = {"other": f"{type(exc).__name__}: {exc}"}
+    _keep(key, reply)
     if reply.get("error"):
         return reply["error"]
     if "ok" not in reply:
