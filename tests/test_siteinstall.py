@@ -3,6 +3,7 @@ once, any changed byte installs again, a failed install keeps nothing, and the c
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -88,3 +89,29 @@ def test_no_writable_cache_means_no_cache(monkeypatch, tmp_path):
     blocked.write_text("not a folder")
     monkeypatch.setenv("MLSYS_SITE_CACHE", str(blocked / "cache"))
     assert siteinstall.cache_root() is None
+
+
+def test_an_install_carries_bytecode_checked_by_its_sources_hash(sources, monkeypatch, tmp_path):
+    """A sandbox's site is read-only: its modules are compiled when the install is made, checked by the source's
+    hash (a copy's times do not matter), and the bytecode travels with the cached install."""
+    import importlib.util
+
+    pyproject, pkg = sources
+
+    def pip(src: Path, target: Path) -> bool:  # an install of the sources as they are, as pip's --target makes it
+        shutil.copytree(src / "mlsys", target / "mlsys")
+        return True
+
+    monkeypatch.setattr(siteinstall, "_pip", pip)
+    monkeypatch.setenv("MLSYS_SITE_CACHE", str(tmp_path / "cache"))
+    for dest in (tmp_path / "a", tmp_path / "b"):  # made, then copied from the cache
+        assert siteinstall.pip_install(pyproject, pkg, dest)
+        for source in (dest / "mlsys" / "__init__.py", dest / "mlsys" / "models" / "roofline.py"):
+            header = Path(importlib.util.cache_from_source(str(source))).read_bytes()[:16]
+            assert header[:4] == importlib.util.MAGIC_NUMBER
+            assert int.from_bytes(header[4:8], "little") == 0b11  # hash-based, checked against the source
+            assert header[8:16] == importlib.util.source_hash(source.read_bytes())
+    broken = tmp_path / "broken"
+    (broken / "mlsys").mkdir(parents=True)
+    (broken / "mlsys" / "__init__.py").write_text("def (:\n")
+    assert not siteinstall.compile_site(broken)  # a module that does not compile: no install
