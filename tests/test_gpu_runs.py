@@ -262,11 +262,9 @@ def test_the_corpus_through_nbgrader_on_gpus_pays_no_attack_and_refuses_honest_w
     assert fixed["rows"]["calls_library"]["performance_score"] == 1 and "re-measured" in fixed["rows"]["calls_library"]["line"]
 
 
-def test_the_split_grader_on_a_gpu_keeps_the_corpus_rows_and_the_instructors_ten_of_ten():
-    """One H200 (2026-12-03), after the cell runner's main was split and the clean workers learned to fork on a CPU:
-    four corpus cases through teach.grade's pipeline got expected.json's rows, and the instructor answers of Labs 2 and
-    5 earned full credit on every case in ten gradings each through the sandboxed verdict."""
-    run = json.loads((RUNS / "grader_after_split_nvidia-h200_2026-12-03.json").read_text(encoding="utf-8"))
+def _corpus_rows_and_full_credit_runs(run: dict) -> dict[str, int]:
+    """Check a record's four corpus rows (expected.json's) and that every sandboxed instructor grading in it finished
+    at full credit on every case; how many gradings of each lab it holds."""
     assert run["device"] == DEVICES["nvidia-h200"] and {"torch", "triton", "driver", "nbgrader"} <= set(run["software"])
     rows = run["corpus"]["rows"]
     assert set(rows) == {"good", "perf_signal_baseline", "perf_poison_caches", "hidden_library_call"}
@@ -279,8 +277,16 @@ def test_the_split_grader_on_a_gpu_keeps_the_corpus_rows_and_the_instructors_ten
         assert r["mode"] == "bwrap" and r["fatal"] is None and r["ended"] == "done", r
         assert r["cases"] and all(c["credit"] == 1.0 for c in r["cases"].values()), r
         counts[r["what"]] = counts.get(r["what"], 0) + 1
-    assert counts == {"lab2_tiled_matmul": 10, "lab5_attention": 10}, counts
     assert {len(r["cases"]) for r in run["runs"] if r["what"] == "lab5_attention"} == {2}  # plain and causal
+    return counts
+
+
+def test_the_split_grader_on_a_gpu_keeps_the_corpus_rows_and_the_instructors_ten_of_ten():
+    """One H200 (2026-12-03), after the cell runner's main was split and the clean workers learned to fork on a CPU:
+    four corpus cases through teach.grade's pipeline got expected.json's rows, and the instructor answers of Labs 2 and
+    5 earned full credit on every case in ten gradings each through the sandboxed verdict."""
+    run = json.loads((RUNS / "grader_after_split_nvidia-h200_2026-12-03.json").read_text(encoding="utf-8"))
+    assert _corpus_rows_and_full_credit_runs(run) == {"lab2_tiled_matmul": 10, "lab5_attention": 10}
 
 
 def test_the_grader_with_forked_commands_on_a_gpu_keeps_its_rows_and_the_instructors_credit():
@@ -288,20 +294,9 @@ def test_the_grader_with_forked_commands_on_a_gpu_keeps_its_rows_and_the_instruc
     changed how they start: the slot's nodes, the verdict's two attacks, four corpus rows through teach.grade, and
     every instructor grading of Labs 2 and 5 that fit in the session at full credit."""
     run = json.loads((RUNS / "grader_after_forks_nvidia-h200_2026-12-03.json").read_text(encoding="utf-8"))
-    assert run["device"] == DEVICES["nvidia-h200"] and {"torch", "triton", "driver", "nbgrader"} <= set(run["software"])
+    assert _corpus_rows_and_full_credit_runs(run) == {"lab2_tiled_matmul": 10, "lab5_attention": 7}
     assert run["nodes"]["ok"] and run["nodes"]["seen"]["count"] == 1
     assert "/dev/nvidia1" not in run["nodes"]["seen"]["nodes"] and "/dev/nvidia0" in run["nodes"]["seen"]["nodes"]
     assert set(run["verdict"]) == {"good", "perf_signal_baseline", "perf_poison_caches"}
     assert all(c["ended"] == "done" and c["credit"] == 1.0 for c in run["verdict"].values()), run["verdict"]
-    rows = run["corpus"]["rows"]
-    assert set(rows) == {"good", "perf_signal_baseline", "perf_poison_caches", "hidden_library_call"}
-    for name, row in rows.items():
-        assert row["matches_expected"] and row["performance_score"] == _expected(name), (name, row)
-        assert row["correctness_score"] == EXPECTED[name]["correctness_score"], (name, row)
-    counts: dict[str, int] = {}
-    for r in run["runs"]:
-        assert r["mode"] == "bwrap" and r["fatal"] is None and r["ended"] == "done", r
-        assert r["cases"] and all(c["credit"] == 1.0 for c in r["cases"].values()), r
-        counts[r["what"]] = counts.get(r["what"], 0) + 1
-    assert counts == {"lab2_tiled_matmul": 10, "lab5_attention": 7}, counts
     assert run["launch"]["gloo_three_ranks_failed_of_30"] == 0 and run["launch"]["nccl_one_rank"] == [[1.0, "nccl"]]
