@@ -20,6 +20,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from mlsys.runtime.paths import user_cache
+
 __all__ = ["source_digest", "hash_tree", "cache_root", "keep", "pip_install", "compile_site", "KEEP", "BYTECODE"]
 
 KEEP = 8
@@ -66,8 +68,9 @@ def hash_tree(h: Any, folder: Path) -> None:
 def cache_root() -> Path | None:
     """Where installs are kept: ``$MLSYS_SITE_CACHE``, else ``$XDG_CACHE_HOME/mlsys/site-installs`` (default
     ``~/.cache``); None (no cache) where it cannot be created or written."""
-    where = os.environ.get("MLSYS_SITE_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "mlsys", "site-installs")
+    where = user_cache("site-installs", "MLSYS_SITE_CACHE")
+    if where is None:
+        return None
     try:
         Path(where).mkdir(parents=True, exist_ok=True)
     except OSError:

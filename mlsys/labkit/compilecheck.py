@@ -193,11 +193,10 @@ unchanged kernel once (about half a CPU-second each)."""
 
 
 def _cache_file(key: str) -> Path | None:
-    where = os.environ.get(CACHE_ENV)
-    if where == "0":
-        return None
-    base = Path(where) if where else Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mlsys" / "compilecheck"
-    return base / f"{key}.json"
+    from mlsys.runtime.paths import user_cache  # here: the fresh compiling process runs without the course package
+
+    base = user_cache("compilecheck", CACHE_ENV)
+    return base / f"{key}.json" if base is not None else None
 
 
 def _cached(key: str) -> tuple[bool, str | None]:

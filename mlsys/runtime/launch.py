@@ -133,6 +133,12 @@ def _install_peer_checks() -> None:
             setattr(dist, kind, wrapped)
 
 
+def _pg_timeout(timeout: float) -> timedelta:
+    """How long the group's store and backend wait for a peer: the launch's own deadline and a margin past it, so
+    that the launch's deadline, not the backend's, ends a hung group."""
+    return timedelta(seconds=max(1.0, timeout) + _PG_TIMEOUT_MARGIN)
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -174,7 +180,7 @@ def _worker(rank: int, world_size: int, told: Any, backend: str, timeout: float,
         if backend == "nccl":
             torch.cuda.set_device(rank)
             kw["device_id"] = torch.device("cuda", rank)
-        pg_timeout = timedelta(seconds=max(1.0, timeout) + _PG_TIMEOUT_MARGIN)
+        pg_timeout = _pg_timeout(timeout)
         port = told.recv()  # the port of the store the launcher hosts for this group alone
         told.close()
         store = dist.TCPStore("127.0.0.1", port, world_size, False, timeout=pg_timeout)
@@ -277,8 +283,7 @@ def _spawn(ctx: Any, fn: Callable[..., Any], world_size: int, args: tuple, kwarg
         procs.append(p)
         conns.append(parent)
         tells.append(tell)
-    store = TCPStore("127.0.0.1", 0, None, True, timeout=timedelta(seconds=max(1.0, timeout) + _PG_TIMEOUT_MARGIN),
-                     wait_for_workers=False)
+    store = TCPStore("127.0.0.1", 0, None, True, timeout=_pg_timeout(timeout), wait_for_workers=False)
     for tell in tells:
         tell.send(store.port)
         tell.close()

@@ -8,11 +8,23 @@ measurements' path needs too).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from ..datapaths import checkout
 
-__all__ = ["checkout", "labs_root", "lab_notebook"]
+__all__ = ["checkout", "labs_root", "lab_notebook", "user_cache"]
+
+
+def user_cache(name: str, env: str) -> Path | None:
+    """A folder of the user's cache for the course: ``$<env>`` if set (``0``: none, returns None), else
+    ``$XDG_CACHE_HOME/mlsys/<name>`` (default ``~/.cache``). Not created here."""
+    where = os.environ.get(env)
+    if where == "0":
+        return None
+    if where:
+        return Path(where)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mlsys" / name
 
 
 def labs_root() -> Path:
