@@ -70,6 +70,22 @@ def test_a_checks_own_child_is_allowed_but_its_child_and_orphans_are_not(tmp_pat
     assert sorted(seen) == [(6, "test_matmul"), (7, "test_matmul")]
 
 
+def test_a_kernel_forked_from_the_template_is_the_kernel_and_the_templates_other_children_are_not(tmp_path):
+    """A forked kernel's parent is the template (mlsys.grader.learnerside.kernelfork), a child of the grader: the
+    kernel is allowed as the kernel, and its own children by the kernel's rule; nothing else of the template's is."""
+    _proc(tmp_path, 1, 0, ["bwrap"], "/usr/bin/bwrap")
+    _proc(tmp_path, 2, 1, ["python", "-m", "mlsys.grader.learnerside.cellrunner"], "/usr/bin/python3.11")
+    _proc(tmp_path, 3, 2, ["python", "-m", "mlsys.grader.learnerside.cellrunner"], "/usr/bin/python3.11")  # template
+    _proc(tmp_path, 4, 3, ["python", "-m", "mlsys.grader.learnerside.cellrunner"], "/usr/bin/python3.11")  # kernel
+    _proc(tmp_path, 5, 3, ["python", "-m", "mlsys.grader.learnerside.cellrunner"], "/usr/bin/python3.11")  # other
+    cen, seen = _census(tmp_path)
+    cen.test("test_forked", kernel=4)
+    _proc(tmp_path, 6, 4, ["python", "helper.py"], "/usr/bin/python3.11")  # the guarded call's child
+    cen.look()
+    cen.look()
+    assert seen == [(5, "test_forked")]
+
+
 def test_compilers_are_harmless_by_what_runs_and_no_name_buys_an_exemption(tmp_path):
     """A compiler is known by its executable (a link the kernel sets); a process whose arguments name torch's
     compile worker is counted like any other (round 4: a helper started as

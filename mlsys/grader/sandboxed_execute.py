@@ -38,6 +38,7 @@ from nbgrader.preprocessors import Execute
 from mlsys.grader import scratch
 from mlsys.grader.decide.trusted import answer_cells
 from mlsys.grader.decide.verdict import METADATA_KEY, Verdict
+from mlsys.grader.learnerside import kernelfork
 from mlsys.grader.learnerside.testcells import answer_names, course_imports, grader_cells
 from mlsys.grader.sandboxrun import run_in_sandbox, run_verdict
 from mlsys.labkit.grading import NOT_GRADED
@@ -76,6 +77,15 @@ def _copy_submission(src: Path | None, dest: Path) -> None:
         elif p.is_file():
             (dest / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(p, dest / rel)
+
+
+def _forked_kernels(job: dict[str, Any]) -> tuple[str, ...]:
+    """The cell runner's arguments for kernels forked from a template (:mod:`mlsys.grader.learnerside.kernelfork`):
+    torch imported before the job is read where the course imports it. Decided here, outside the sandbox, where
+    ``MLSYS_GRADER_FORK_KERNEL`` and every NVIDIA device can be seen; none where kernels may not be forked."""
+    if not kernelfork.may_fork():
+        return ()
+    return ("--preload", ",".join(kernelfork.preload_for(str(job.get("course_imports", "")))))
 
 
 class SandboxedExecute(Execute):
@@ -129,7 +139,7 @@ class SandboxedExecute(Execute):
                "interrupt_on_timeout": self.interrupt_on_timeout, "startup_timeout": self.startup_timeout,
                "error_on_timeout": self.error_on_timeout, "census": settings.get("mode") == "bwrap"}
         results, ended = run_in_sandbox("mlsys.grader.learnerside.cellrunner", job, work, settings, deadline=deadline,
-                                        log=root / "cellrunner.log")
+                                        log=root / "cellrunner.log", args=_forked_kernels(job))
         got: dict[int, dict[str, Any]] = {}
         for item in results:
             if "index" in item:

@@ -34,8 +34,8 @@ def _kill(proc: subprocess.Popen) -> None:
 
 def run_in_sandbox(module: str, job: dict[str, Any], scratch: Path, settings: dict[str, Any], *,
                    deadline: float, log: Path, on_result: Any = None, uid: int = sandbox.SANDBOX_UID,
-                   pass_fds: tuple[int, ...] = ()) -> tuple[list[dict[str, Any]], str]:
-    """Run ``python -P -m module`` on ``job`` in a sandbox over ``scratch``; collect its result lines.
+                   pass_fds: tuple[int, ...] = (), args: tuple[str, ...] = ()) -> tuple[list[dict[str, Any]], str]:
+    """Run ``python -P -m module *args`` on ``job`` in a sandbox over ``scratch``; collect its result lines.
 
     Returns (results, how it ended: "done" | "timeout" | "exited"). ``on_result`` is called with each
     result as it arrives. Lines count only with this run's random nonce, read from the process's
@@ -44,7 +44,7 @@ def run_in_sandbox(module: str, job: dict[str, Any], scratch: Path, settings: di
     (:data:`~mlsys.grader.sandbox.CLEAN_UID`); ``pass_fds`` are inherited.
     """
     nonce = secrets.token_hex(16)
-    argv = [sys.executable, "-P", "-m", module]
+    argv = [sys.executable, "-P", "-m", module, *args]
     env = None
     cgroup = None
     if settings.get("mode") == "bwrap":

@@ -12,7 +12,7 @@ import signal
 from pathlib import Path
 from typing import Any
 
-__all__ = ["descendants", "kill_tree", "live_processes_with", "private_stdout"]
+__all__ = ["close_all_but", "descendants", "kill_tree", "live_processes_with", "private_stdout"]
 
 
 def descendants(pid: int) -> list[int]:
@@ -81,3 +81,13 @@ def private_stdout() -> Any:
     except Exception:  # not Linux: the sandbox is Linux-only anyway
         pass
     return os.fdopen(fd, "w", buffering=1, encoding="utf-8")
+
+
+def close_all_but(keep: set[int]) -> None:
+    """Close every descriptor of this process but those in ``keep`` (what a forked child that must hold nothing of
+    its parent's does first)."""
+    prev = -1
+    for fd in sorted(keep) + [os.sysconf("SC_OPEN_MAX")]:
+        if fd > prev + 1:  # an empty range would close from its start to the last descriptor
+            os.closerange(prev + 1, fd)
+        prev = fd

@@ -13,6 +13,8 @@ import glob
 import os
 import sys
 
+from mlsys.runtime.processes import close_all_but
+
 FORK_ENV = "MLSYS_GRADER_FORK_CLEAN"
 """``0``: start every worker afresh, even where it could be forked (:func:`may_fork`)."""
 
@@ -44,19 +46,10 @@ def fork_worker(args: list[str], stdin: int, stdout: int, region: int | None, *,
         os.dup2(stdout, 1)
         if quiet:
             os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
-        _close_all_but({0, 1, 2} | ({region} if region is not None else set()))
+        close_all_but({0, 1, 2} | ({region} if region is not None else set()))
         sys.argv = [sys.argv[0], *args]
         from mlsys.grader.clean import perfworker
 
         code = perfworker.main(args[0])
     finally:
         os._exit(code)
-
-
-def _close_all_but(keep: set[int]) -> None:
-    """Close every descriptor of this process but those in ``keep``."""
-    prev = -1
-    for fd in sorted(keep) + [os.sysconf("SC_OPEN_MAX")]:
-        if fd > prev + 1:  # an empty range would close from its start to the last descriptor
-            os.closerange(prev + 1, fd)
-        prev = fd

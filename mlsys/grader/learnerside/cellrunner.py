@@ -128,13 +128,13 @@ class _Run:
     learner's kernel. A kernel that died in a cell costs the cells after it (:data:`NOT_RUN`); one a hung GPU kernel
     ended is replaced by a fresh one that re-runs the cells before (at most :data:`MAX_RESTARTS` times)."""
 
-    def __init__(self, job: dict[str, Any], emit: Any, nbformat: Any, NotebookClient: Any) -> None:
+    def __init__(self, job: dict[str, Any], emit: Any, nbformat: Any, NotebookClient: Any, template: Any = None) -> None:
         self.emit, self.nbformat = emit, nbformat
         self.nb = nbformat.read(job["notebook"], as_version=4)
         os.remove(job["notebook"])  # the restored hidden tests are not left on disk for the answer cells to read
         skip = set(job.get("skip", []))
         self.in_grader = {int(i) for i in job.get("grader_cells", [])}  # test cells run here, not in the kernel
-        self.client = _client(NotebookClient, self.nb, job)
+        self.client = _client(NotebookClient, self.nb, job, template)
         self.client.on_cell_executed = self._on_executed
         self.status: dict[int, str] = {}
         self.died: int | None = None
@@ -250,7 +250,11 @@ class _Run:
 
 
 def main() -> int:
-    """The job from stdin; one line per executed cell, then ``done``, on the private descriptor (module docstring)."""
+    """The job from stdin; one line per executed cell, then ``done``, on the private descriptor (module docstring).
+
+    ``--preload MODULES`` (comma-separated, maybe none: ``torch`` where the course imports it): kernels are forked
+    (:mod:`.kernelfork`), from a template forked after those imports and before the job is read."""
+    template = _template(sys.argv[1:])
     job = json.loads(sys.stdin.read())
     out = private_stdout()
     nonce = job["nonce"]
@@ -265,7 +269,7 @@ def main() -> int:
     from nbclient import NotebookClient
     from nbclient.exceptions import DeadKernelError
 
-    run = _Run(job, emit, nbformat, NotebookClient)
+    run = _Run(job, emit, nbformat, NotebookClient, template)
     try:
         run.run_all()
     except DeadKernelError:
@@ -278,6 +282,15 @@ def main() -> int:
     return 0
 
 
+def _template(args: list[str]) -> Any:
+    """The kernels' template (:class:`.kernelfork.Template`) where ``args`` ask for one and forking is possible."""
+    from mlsys.grader.learnerside import kernelfork
+
+    if args[:1] != ["--preload"] or len(args) != 2 or not kernelfork.may_fork():
+        return None
+    return kernelfork.Template.start([m for m in args[1].split(",") if m])
+
+
 def _kernel(client: Any) -> Any:
     """nbclient's ``setup_kernel`` block over a kernel :func:`start_kernel` started (retried if it never answered):
     the block finds it running, and shuts it down at its end."""
@@ -285,11 +298,17 @@ def _kernel(client: Any) -> Any:
     return client.setup_kernel()
 
 
-def _client(NotebookClient: Any, nb: Any, job: dict[str, Any]) -> Any:
+def _client(NotebookClient: Any, nb: Any, job: dict[str, Any], template: Any = None) -> Any:
     """The notebook client that runs the answer cells in a kernel: the job's time limits, errors kept as outputs,
-    no history file, the working folder as the notebook's path."""
+    no history file, the working folder as the notebook's path; its kernels forked from ``template`` if one is given
+    (:mod:`.kernelfork`)."""
+    forked: dict[str, Any] = {}
+    if template is not None:
+        from mlsys.grader.learnerside import kernelfork
+
+        forked["kernel_manager_class"] = kernelfork.manager_class(template)
     return NotebookClient(
-        nb, timeout=job.get("timeout", 600), startup_timeout=job.get("startup_timeout", 120),
+        nb, **forked, timeout=job.get("timeout", 600), startup_timeout=job.get("startup_timeout", 120),
         interrupt_on_timeout=job.get("interrupt_on_timeout", True), allow_errors=True, kernel_name="python3",
         error_on_timeout=job.get("error_on_timeout"), extra_arguments=["--HistoryManager.hist_file=:memory:"],
         resources={"metadata": {"path": os.getcwd()}}, record_timing=False,

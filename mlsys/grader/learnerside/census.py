@@ -9,7 +9,8 @@ process off that list. :class:`Census` polls it every :data:`POLL_S` seconds fro
 While a test cell runs in the grader (and until the kernel runs its next cell), the processes that may be
 alive are:
 
-* the sandbox's init (PID 1), the grader, its ancestors and its own children (the kernel among them);
+* the sandbox's init (PID 1), the grader, its ancestors and its own children (the kernel among them, or the
+  template a forked kernel comes from: :mod:`mlsys.grader.learnerside.kernelfork`), and the kernel;
 * the kernel's children born during that test cell (the checks' own: the guarded call's child on a CPU,
   Lab 4's ranks), and never their children;
 * compilers a Triton kernel's build runs (``ptxas``, ``gcc``...; identified by the executable itself, a link
@@ -143,7 +144,8 @@ class Census:
         if test is None:
             return
         procs = processes(self.proc)
-        allowed = _ancestors(self.me, procs) | {1}
+        allowed = _ancestors(self.me, procs) | {1} | ({kernel} if kernel is not None else set())  # a forked kernel's
+        # parent is the template (mlsys.grader.learnerside.kernelfork), a child of the grader
         seen: set[int] = set()
         for p in procs.values():
             if p.pid in allowed or p.pid in self._reported or p.ppid == self.me or _harmless(p):
