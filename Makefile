@@ -17,7 +17,7 @@ $(STAMP): requirements.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is needed, found " + sys.version' 
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip "setuptools>=77"  # the editable install below builds with it
-	$(BIN)/python -m pip install --quiet -r requirements.txt
+	$(BIN)/python scripts/venv_install.py  # uv under pip's configuration (every core); pip where uv cannot
 	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
 	@# jupyter-events pulls in jsonschema[format-nongpl], whose rfc3987-syntax builds a Lark parser when jsonschema
 	@# is imported: 1.1 CPU-seconds in every process that imports nbformat (each nbgrader command of a grading, each
