@@ -54,6 +54,12 @@ cells = [SCAN + "print('found', _scan())",
 nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
 os.makedirs(sys.argv[1], exist_ok=True)
 os.environ["KF_TEST"] = "from the runner"
+# the template's end of its socket to the runner (the template holds 0-2 and that one): no kernel may hold it
+TEMPLATE_SOCKET = [os.stat(f"/proc/{template.pid}/fd/{fd}").st_ino for fd in os.listdir(f"/proc/{template.pid}/fd")
+                   if os.readlink(f"/proc/{template.pid}/fd/{fd}").startswith("socket:")]
+cells.insert(2, "import os\nprint('held', sorted(int(fd) for fd in os.listdir('/proc/self/fd') "
+             f"if os.path.exists(f'/proc/self/fd/{{fd}}') and os.stat(f'/proc/self/fd/{{fd}}').st_ino in {TEMPLATE_SOCKET!r}))")
+nb.cells.insert(2, nbformat.v4.new_code_cell(cells[2]))
 client = NotebookClient(nb, timeout=4, interrupt_on_timeout=True, allow_errors=True, kernel_name="python3",
                         kernel_manager_class=kernelfork.manager_class(template),
                         resources={"metadata": {"path": sys.argv[1]}})
@@ -72,6 +78,7 @@ client2 = NotebookClient(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_ce
 client2.execute()
 out["second"] = client2.nb.cells[0].outputs[0]["text"]
 out["outputs"] = [[o.get("text", o.get("ename", "")) for o in c.outputs] for c in nb.cells]
+out["template_socket"] = TEMPLATE_SOCKET
 print("RESULT", json.dumps(out))
 '''
 
@@ -91,9 +98,10 @@ def test_a_forked_kernel_holds_nothing_read_after_the_fork_and_behaves_as_a_star
     assert facts == {"sid": True, "cwd": str(tmp_path / "work"), "env": "from the runner", "true": 0,
                      "argv0": "ipykernel_launcher.py", "pid": facts["pid"]}
     assert facts["pid"] not in (out["runner_pid"], out["template_pid"])  # a process of its own
-    assert out["outputs"][2] == ["KeyboardInterrupt"]  # interrupted at the time limit...
-    assert out["outputs"][3] == ["after the interrupt\n"]  # ... and the kernel went on
-    assert out["died"] == 4 and out["alive_after_exit"] is False  # a kernel that exits is seen to be gone
+    assert len(out["template_socket"]) == 1 and out["outputs"][2] == ["held []\n"]  # nothing of the template's
+    assert out["outputs"][3] == ["KeyboardInterrupt"]  # interrupted at the time limit...
+    assert out["outputs"][4] == ["after the interrupt\n"]  # ... and the kernel went on
+    assert out["died"] == 5 and out["alive_after_exit"] is False  # a kernel that exits is seen to be gone
     assert out["second"] == "second\n"  # the template forks the next kernel
 
 

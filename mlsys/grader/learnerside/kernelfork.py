@@ -41,7 +41,7 @@ from typing import Any
 
 from mlsys.runtime.processes import close_all_but
 
-__all__ = ["FORK_ENV", "PRELOADABLE", "ForkedKernel", "Template", "manager_class", "may_fork", "preload_for"]
+__all__ = ["FORK_ENV", "FORK_TIMEOUT_S", "PRELOADABLE", "ForkedKernel", "Template", "manager_class", "may_fork", "preload_for"]
 
 FORK_ENV = "MLSYS_GRADER_FORK_KERNEL"
 """``0``: start every kernel afresh, even where it could be forked (:func:`may_fork`)."""
@@ -50,6 +50,9 @@ PRELOADABLE = ("torch",)
 """Modules a cell runner may import before it forks the template: what costs seconds to import and reads nothing
 of the environment that a notebook sets before importing it (Triton reads ``TRITON_INTERPRET`` and matplotlib
 picks its backend at import: those are imported by the kernel itself)."""
+
+FORK_TIMEOUT_S = 30.0
+"""Seconds the cell runner waits for the template's answer before it starts the kernel as jupyter_client does."""
 
 _PR_SET_DUMPABLE = 4
 
@@ -158,6 +161,7 @@ class Template:
             return None
         request = {"argv": argv, "env": dict(os.environ if env is None else env), "cwd": cwd or os.getcwd()}
         try:
+            self.sock.settimeout(FORK_TIMEOUT_S)  # a template stopped by a kernel of the same user: start one afresh
             self.sock.sendall(json.dumps(request).encode() + b"\n")
             msg, fds, _, _ = socket.recv_fds(self.sock, 64, 1)
         except OSError:
@@ -177,8 +181,7 @@ def _serve(sock: socket.socket) -> None:
         close_all_but({0, 1, 2, sock.fileno()})
         _prctl_dumpable(0)
         signal.signal(signal.SIGCHLD, signal.SIG_IGN)
-        for line in sock.makefile("rb"):
-            request = json.loads(line)
+        for request in _requests(sock):
             pid = os.fork()
             if pid == 0:
                 _become_kernel(request, sock)  # never returns
@@ -193,6 +196,20 @@ def _serve(sock: socket.socket) -> None:
         code = 1
     finally:
         os._exit(code)
+
+
+def _requests(sock: socket.socket) -> Any:
+    """The cell runner's requests, one JSON line each, until its end closes. Read with ``recv`` into a buffer of
+    this function's: a file object over the socket would keep its descriptor open in a kernel after ``close``."""
+    pending = b""
+    while True:
+        chunk = sock.recv(1 << 16)
+        if not chunk:
+            return
+        pending += chunk
+        while b"\n" in pending:
+            line, pending = pending.split(b"\n", 1)
+            yield json.loads(line)
 
 
 def _become_kernel(request: dict[str, Any], sock: socket.socket) -> None:
