@@ -12,7 +12,8 @@ import signal
 from pathlib import Path
 from typing import Any
 
-__all__ = ["close_all_but", "descendants", "kill_tree", "live_processes_with", "private_stdout"]
+__all__ = ["close_all_but", "descendants", "kill_tree", "live_processes_with", "null_stdio", "private_stdout",
+           "set_dumpable"]
 
 
 def descendants(pid: int) -> list[int]:
@@ -70,17 +71,29 @@ def private_stdout() -> Any:
     sandbox with learner code (the cell runner) or start workers (the verdict) write their results here."""
     fd = os.dup(1)
     os.set_inheritable(fd, False)
+    null_stdio()
+    set_dumpable(False)  # /proc/<pid>/fd is no longer ours to share
+    return os.fdopen(fd, "w", buffering=1, encoding="utf-8")
+
+
+def null_stdio() -> None:
+    """Point this process's fds 0-2 at ``/dev/null``."""
     null = os.open(os.devnull, os.O_RDWR)
     for std in (0, 1, 2):
         os.dup2(null, std)
-    os.close(null)
+    if null > 2:
+        os.close(null)
+
+
+def set_dumpable(dumpable: bool) -> None:
+    """``prctl(PR_SET_DUMPABLE)``: a non-dumpable process cannot be traced, nor its ``/proc/<pid>/mem`` or descriptors
+    read, by a process of the same uid without privileges (a fork keeps the setting; ``True`` gives it back)."""
     try:
         import ctypes
 
-        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 0: /proc/<pid>/fd is no longer ours to share
-    except Exception:  # not Linux: the sandbox is Linux-only anyway
+        ctypes.CDLL(None).prctl(4, int(dumpable), 0, 0, 0)  # 4: PR_SET_DUMPABLE
+    except Exception:  # noqa: BLE001 - not Linux: the sandbox is Linux-only anyway
         pass
-    return os.fdopen(fd, "w", buffering=1, encoding="utf-8")
 
 
 def close_all_but(keep: set[int]) -> None:

@@ -42,6 +42,7 @@ from typing import Any
 
 from mlsys.grader.clean import perfwire
 from mlsys.labkit import policy
+from mlsys.runtime.processes import set_dumpable
 
 __all__ = ["make_inputs", "run_calls", "fingerprint", "exec_cells", "join_group", "op_name", "C10D_NAMESPACES", "main"]
 
@@ -416,15 +417,6 @@ def runnable_s() -> float | None:
     return best if found else None
 
 
-def _non_dumpable() -> None:
-    try:
-        import ctypes
-
-        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 0: no ptrace, no /proc/<pid>/mem
-    except Exception:
-        pass
-
-
 def main(role: str) -> int:
     rfd, wfd = os.dup(0), os.dup(1)
     null = os.open(os.devnull, os.O_RDWR)
@@ -432,7 +424,7 @@ def main(role: str) -> int:
     os.dup2(null, 1)  # prints from answer cells go nowhere, not into the wire
     shm = _shared_region()
     if role in ("baseline", "replay"):
-        _non_dumpable()  # where the learner worker shares its uid (no sandbox), it cannot reach into the baseline
+        set_dumpable(False)  # where the learner worker shares its uid (no sandbox), it cannot reach into the baseline
     if "--fake" in sys.argv:
         os.environ["TRITON_INTERPRET"] = "1"
     from mlsys.runtime.device import setup

@@ -39,7 +39,7 @@ import subprocess
 import sys
 from typing import Any
 
-from mlsys.runtime.processes import close_all_but
+from mlsys.runtime.processes import close_all_but, null_stdio, set_dumpable
 
 __all__ = ["FORK_ENV", "FORK_TIMEOUT_S", "PRELOADABLE", "ForkedKernel", "Template", "manager_class", "may_fork", "preload_for"]
 
@@ -53,9 +53,6 @@ picks its backend at import: those are imported by the kernel itself)."""
 
 FORK_TIMEOUT_S = 30.0
 """Seconds the cell runner waits for the template's answer before it starts the kernel as jupyter_client does."""
-
-_PR_SET_DUMPABLE = 4
-
 
 def may_fork() -> bool:
     """Whether kernels may be forked here: no NVIDIA device on this machine and forking not turned off."""
@@ -76,15 +73,6 @@ def preload_for(course_imports: str) -> list[str]:
             continue
         wanted.update(n for n in names if n in PRELOADABLE)
     return sorted(wanted)
-
-
-def _prctl_dumpable(value: int) -> None:
-    try:
-        import ctypes
-
-        ctypes.CDLL(None).prctl(_PR_SET_DUMPABLE, value, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
 
 
 class ForkedKernel:
@@ -175,11 +163,9 @@ def _serve(sock: socket.socket) -> None:
     """The template's life: detach from everything of the cell runner's, then fork a kernel per request."""
     code = 0
     try:
-        null = os.open(os.devnull, os.O_RDWR)
-        for std in (0, 1, 2):
-            os.dup2(null, std)
+        null_stdio()
         close_all_but({0, 1, 2, sock.fileno()})
-        _prctl_dumpable(0)
+        set_dumpable(False)
         signal.signal(signal.SIGCHLD, signal.SIG_IGN)
         for request in _requests(sock):
             pid = os.fork()
@@ -218,7 +204,7 @@ def _become_kernel(request: dict[str, Any], sock: socket.socket) -> None:
     try:
         sock.close()
         os.setsid()
-        _prctl_dumpable(1)
+        set_dumpable(True)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         os.chdir(request["cwd"])
         os.environ.clear()
