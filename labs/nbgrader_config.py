@@ -16,6 +16,15 @@ _bin = os.path.dirname(sys.executable)
 if _bin not in os.environ.get("PATH", "").split(os.pathsep):
     os.environ["PATH"] = os.pathsep.join([_bin, os.environ.get("PATH", "")])
 
+# A new gradebook's schema revision read in this process, not by an `alembic heads` process (1.6 CPU-s each);
+# without mlsys, nbgrader's own way (the PATH above).
+try:
+    from mlsys.grader.gradebook import schema_head_in_process
+
+    schema_head_in_process()
+except Exception:  # noqa: BLE001,S110 -- only a shortcut: nbgrader's own way still works
+    pass
+
 c.CourseDirectory.source_directory = "source"
 c.CourseDirectory.release_directory = "release"
 c.CourseDirectory.submitted_directory = "submitted"
