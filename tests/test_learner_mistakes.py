@@ -236,25 +236,89 @@ _RUNNER = textwrap.dedent("""
 """)
 
 
-def run_notebook(path: Path, skip: tuple[str, ...], timeout: float = 900,
+# The runs are forked from one process per test worker that has imported torch (about 1.5 CPU-s a run otherwise) and
+# nothing else: no notebook code ever runs in it, so each run starts from the same clean state as a new process would.
+_ZYGOTE = textwrap.dedent("""
+    import json, os, sys, traceback
+    import torch  # noqa: F401
+    RUNNER = sys.argv[1]
+    print("ready", flush=True)
+    for line in sys.stdin:
+        job = json.loads(line)
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                os.setsid()
+                os.chdir(job["cwd"])
+                log = os.open(job["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                os.dup2(log, 1)
+                os.dup2(log, 2)
+                os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+                os.environ.update(job["env"])
+                sys.argv = ["-c", *job["argv"]]
+                exec(compile(RUNNER, "<runner>", "exec"), {"__name__": "__main__"})
+                code = 0
+            except BaseException:
+                traceback.print_exc()
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        print(json.dumps({"started": pid}), flush=True)
+        print(json.dumps({"exit": os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])}), flush=True)
+""")
+
+
+class _Zygote:
+    """A process that imported torch and forks one notebook run per request (:data:`_RUNNER` as ``python -c``)."""
+
+    def __init__(self) -> None:
+        env = {**os.environ, "PYTHONPATH": str(REPO), "MPLBACKEND": "Agg"}
+        self.proc = subprocess.Popen([sys.executable, "-c", _ZYGOTE, _RUNNER], env=env, stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        ready = self.proc.stdout.readline()
+        assert ready == "ready\n", f"the runs' parent process did not start: {ready!r} {self.proc.stderr.read()[-3000:]}"
+
+    def run(self, argv: list[str], cwd: Path, log: Path, env: dict[str, str], timeout: float) -> int:
+        """Exit status of one run; its process group is killed after ``timeout`` seconds."""
+        import select
+
+        self.proc.stdin.write(json.dumps({"argv": argv, "cwd": str(cwd), "log": str(log), "env": env}) + "\n")
+        self.proc.stdin.flush()
+        pid = json.loads(self.proc.stdout.readline())["started"]
+        if not select.select([self.proc.stdout], [], [], timeout)[0]:
+            os.killpg(pid, 9)
+        return json.loads(self.proc.stdout.readline())["exit"]
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="session")
+def zygote():
+    z = _Zygote()
+    yield z
+    z.close()
+
+
+def run_notebook(path: Path, skip: tuple[str, ...], zygote: _Zygote, timeout: float = 900,
                  cpu_limit: float | None = None) -> dict[str, dict]:
     """Run every code cell of ``path`` in a child process; graded cells' records by grade_id. ``cpu_limit``:
     the seconds of computation after which a guarded call is stopped (default: checks.CPU_LIMIT)."""
-    out = path.with_suffix(".json")
-    env = {**os.environ, "PYTHONPATH": str(REPO), "MPLBACKEND": "Agg"}
-    if cpu_limit is not None:
-        env["MISTAKES_CPU_LIMIT"] = str(cpu_limit)
-    proc = subprocess.run([sys.executable, "-c", _RUNNER, str(path), str(out), *skip], env=env,
-                          capture_output=True, text=True, timeout=timeout, cwd=path.parent)
-    assert proc.returncode == 0 and out.is_file(), f"the notebook run itself died: {proc.stderr[-3000:]}"
+    out, log = path.with_suffix(".json"), path.with_suffix(".log")
+    env = {"MISTAKES_CPU_LIMIT": str(cpu_limit)} if cpu_limit is not None else {}
+    code = zygote.run([str(path), str(out), *skip], path.parent, log, env, timeout)
+    assert code == 0 and out.is_file(), f"the notebook run itself died ({code}): {log.read_text()[-3000:]}"
     return {r["grade_id"]: r for r in json.loads(out.read_text()) if r.get("graded")}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mistakes", GROUPS, ids=[" + ".join(f"{m.lab}: {m.name}" for m in g) for g in GROUPS])
-def test_each_mistake_costs_its_exercise_and_names_itself(mistakes, tmp_path):
+def test_each_mistake_costs_its_exercise_and_names_itself(mistakes, tmp_path, zygote):
     loops = any("endless loop" in m.message for m in mistakes)
-    graded = run_notebook(_inject(mistakes, tmp_path), HEAVY[mistakes[0].lab],
+    graded = run_notebook(_inject(mistakes, tmp_path), HEAVY[mistakes[0].lab], zygote,
                           cpu_limit=ENDLESS_LOOP_CPU_LIMIT if loops else None)
     failed = {gid for gid, r in graded.items() if r["status"] not in ("ok", "skipped")}
     points = {gid: r["points"] for gid, r in graded.items()}
