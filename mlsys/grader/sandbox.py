@@ -52,6 +52,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from mlsys.grader import fontcache
 from mlsys.grader.siteinstall import pip_install
 
 __all__ = ["SandboxUnavailable", "Limits", "Cgroup", "bwrap_path", "check", "build_site", "command", "INSIDE_HOME",
@@ -402,8 +403,8 @@ def build_site(dest: Path) -> Path:
     ``pip install --no-deps --target`` of the package (a real install, with its metadata; kept by the sources'
     digest, :func:`mlsys.grader.siteinstall.pip_install`); where
     that is not possible (an installed course, no build backend) the installed package is copied.
-    Only the ``mlsys`` package and the recorded measurements (``data/measurements``, public) go in:
-    nothing of ``labs/`` (solutions, hidden tests) ever does.
+    Only the ``mlsys`` package, the recorded measurements (``data/measurements``, public) and the grader's matplotlib
+    font list (:mod:`mlsys.grader.fontcache`) go in: nothing of ``labs/`` (solutions, hidden tests) ever does.
     """
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
@@ -421,6 +422,7 @@ def build_site(dest: Path) -> Path:
         shutil.rmtree(dest / "mlsys", ignore_errors=True)
     # the package's own files over the install: data files a build configuration might leave out are there too
     shutil.copytree(pkg, dest / "mlsys", dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    fontcache.keep_in(dest)  # the grader's matplotlib font list, which each kernel would otherwise make again
     # the sandbox's host name resolves to loopback (torch.distributed's gloo looks itself up by name)
     (dest / HOSTS_FILE).write_text("127.0.0.1 localhost sandbox\n::1 localhost ip6-localhost ip6-loopback\n")
     # the only user and group the sandbox knows (getpass, ~ expansion): no system account is listed

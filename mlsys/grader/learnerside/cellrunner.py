@@ -26,6 +26,7 @@ import os
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from mlsys.runtime.notebook import error_output
@@ -254,6 +255,9 @@ def main() -> int:
 
     ``--preload MODULES`` (comma-separated, maybe none: ``torch`` where the course imports it): kernels are forked
     (:mod:`.kernelfork`), from a template forked after those imports and before the job is read."""
+    from mlsys.grader import fontcache
+
+    fontcache.prime(Path(__file__).resolve().parents[3], os.environ.get("MPLCONFIGDIR"))  # the site: before any kernel
     template = _template(sys.argv[1:])
     job = json.loads(sys.stdin.read())
     out = private_stdout()
