@@ -27,11 +27,19 @@ $(STAMP): requirements.txt pyproject.toml
 
 CACHE := _build/.jupyter_cache
 
+# The course package's bytecode, made where it is checked out before the book or the tests run: where
+# PYTHONDONTWRITEBYTECODE is set (the CI machine sets it) no process keeps the bytecode it compiles, so every process
+# that imported mlsys compiled its modules again, 0.15-0.2 CPU-s each (hundreds of processes in one test run: kernels,
+# nbgrader, the grading servers). compileall skips a module whose bytecode is current, and Python recompiles one
+# whose source changed since, so an edit is never run stale.
+BYTECODE := $(BIN)/python -m compileall -q mlsys
+
 # The execution cache is keyed on a chapter's code only: when mlsys or a recorded measurement
 # changes, clear it so no page shows stale figures.
 book: $(STAMP)
 	@if [ -d _build/.doctrees ] && { [ ! -f $(CACHE)/.inputs-stamp ] || [ -n "$$(find mlsys data Makefile _config.yml requirements.txt -newer $(CACHE)/.inputs-stamp -not -path "*/__pycache__*" -print -quit)" ]; }; then \
 		echo "make book: mlsys, data/ or the build settings changed since the last build; re-executing every page"; rm -rf $(CACHE) _build/.doctrees _build/jupyter_execute; fi
+	$(BYTECODE)
 	rm -rf _build/html
 	env -u MPLBACKEND $(BIN)/jupyter-book build . -W -n --keep-going  # a non-inline backend would drop every figure
 	@test -n "$$(ls _build/html/_images 2>/dev/null)" || { echo "make book: no figures in _build/html/_images" >&2; exit 1; }
@@ -53,6 +61,7 @@ book: $(STAMP)
 TEST_WORKERS ?= 3
 test: $(STAMP)
 	$(BIN)/ruff check mlsys tests
+	$(BYTECODE)
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=20 \
 		--junitxml=_build/test-report.xml
 
@@ -60,6 +69,7 @@ test: $(STAMP)
 # no test file executes a notebook at import (the labs' kernels are session fixtures in tests/conftest.py).
 test-fast: $(STAMP)
 	$(BIN)/ruff check mlsys tests
+	$(BYTECODE)
 	$(BIN)/python -m pytest -m "not slow" tests
 
 # The built site in a real browser (Debian's chromium through Playwright): every page, both widths.
