@@ -239,7 +239,7 @@ _RUNNER = textwrap.dedent("""
 # The runs are forked from one process per test worker that has imported torch (about 1.5 CPU-s a run otherwise) and
 # nothing else: no notebook code ever runs in it, so each run starts from the same clean state as a new process would.
 _ZYGOTE = textwrap.dedent("""
-    import json, os, sys, traceback
+    import json, os, select, sys, traceback
     import torch  # noqa: F401
     RUNNER = sys.argv[1]
     print("ready", flush=True)
@@ -265,7 +265,10 @@ _ZYGOTE = textwrap.dedent("""
                 sys.stdout.flush()
                 sys.stderr.flush()
                 os._exit(code)
-        print(json.dumps({"started": pid}), flush=True)
+        ended = os.pidfd_open(pid)
+        if not select.select([ended], [], [], job["timeout"])[0]:
+            os.killpg(pid, 9)  # the run and whatever it forked
+        os.close(ended)
         print(json.dumps({"exit": os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])}), flush=True)
 """)
 
@@ -281,14 +284,10 @@ class _Zygote:
         assert ready == "ready\n", f"the runs' parent process did not start: {ready!r} {self.proc.stderr.read()[-3000:]}"
 
     def run(self, argv: list[str], cwd: Path, log: Path, env: dict[str, str], timeout: float) -> int:
-        """Exit status of one run; its process group is killed after ``timeout`` seconds."""
-        import select
-
-        self.proc.stdin.write(json.dumps({"argv": argv, "cwd": str(cwd), "log": str(log), "env": env}) + "\n")
+        """Exit status of one run; the parent kills its process group after ``timeout`` seconds."""
+        job = {"argv": argv, "cwd": str(cwd), "log": str(log), "env": env, "timeout": timeout}
+        self.proc.stdin.write(json.dumps(job) + "\n")
         self.proc.stdin.flush()
-        pid = json.loads(self.proc.stdout.readline())["started"]
-        if not select.select([self.proc.stdout], [], [], timeout)[0]:
-            os.killpg(pid, 9)
         return json.loads(self.proc.stdout.readline())["exit"]
 
     def close(self) -> None:

@@ -13,6 +13,7 @@ matplotlib version, a font since removed) matplotlib makes a new list there, as 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from pathlib import Path
@@ -55,12 +56,10 @@ def prime(site: Path, cache_dir: str | None) -> list[Path]:
     kept = Path(site) / SITE_FOLDER
     if not cache_dir or not kept.is_dir():
         return []
-    copied = []
-    try:
+    copied: list[Path] = []
+    with contextlib.suppress(OSError):
         Path(cache_dir).mkdir(parents=True, exist_ok=True)
         for p in sorted(kept.glob(PATTERN)):
             if not (Path(cache_dir) / p.name).exists():
                 copied.append(Path(shutil.copyfile(p, Path(cache_dir) / p.name)))
-    except OSError:
-        return copied
     return copied
